@@ -1,0 +1,51 @@
+# The README's two commands: `make run` and `make test`. Each creates .venv and installs what it
+# needs first (idempotent; a stamp file skips reinstalls until pyproject.toml changes).
+#
+# Bring your own torch: `make run TORCH_SPEC="torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"`
+# or reuse an environment that already has it: `make run VENV_FLAGS=--system-site-packages TORCH_SPEC=`.
+
+PYTHON ?= python3
+VENV ?= .venv
+VENV_FLAGS ?=
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+
+.PHONY: install install-test run test lint typecheck cuda bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install -q $(TORCH_SPEC); fi
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install -q $(TORCH_SPEC); fi
+	$(BIN)/python -m pip install -q -e ".[test]"
+	@touch $@ $(VENV)/.installed-run
+
+install: $(VENV)/.installed-run
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/trak-dist
+
+test: install-test lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check trak_dist tests benchmarks launch
+	$(BIN)/ruff format --check trak_dist tests benchmarks launch
+	$(BIN)/mypy
+
+cuda:
+	$(MAKE) -C cuda_ext
+
+bench: install-test
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info cuda_ext/build

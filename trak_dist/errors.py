@@ -1,0 +1,31 @@
+"""The errors trak_dist raises. Every message says what happened, the values seen, and what to do."""
+
+from __future__ import annotations
+
+
+class TrakDistError(Exception):
+    """Base class of every error trak_dist raises on purpose."""
+
+
+class ConfigError(TrakDistError, ValueError):
+    """A setting is out of range or inconsistent with another one."""
+
+
+class StoreMismatchError(TrakDistError):
+    """A store was opened with settings that differ from the ones it was written with."""
+
+
+class StoreStateError(TrakDistError):
+    """The store does not hold what the requested step needs (e.g. scoring before featurising)."""
+
+
+class IllConditionedError(TrakDistError, ArithmeticError):
+    """XᵀX + λI is singular or too ill-conditioned for its inverse to mean anything."""
+
+
+class WorkerFailedError(TrakDistError, RuntimeError):
+    """A worker task failed more often than its retry budget allows."""
+
+
+class CudaExtUnavailableError(TrakDistError, RuntimeError):
+    """The CUDA projection library was asked for but cannot be loaded or run here."""
