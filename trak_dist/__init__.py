@@ -10,14 +10,23 @@ from trak_dist.errors import (
     WorkerFailedError,
 )
 from trak_dist.projection import ProjectionKind, make_projector
+from trak_dist.store import FeatureSpec, FeatureStore
+from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification
+from trak_dist.traker import TRAKer
 
 __all__ = [
     "ConfigError",
     "CudaExtUnavailableError",
+    "FeatureSpec",
+    "FeatureStore",
     "IllConditionedError",
+    "ImageClassification",
+    "ModelOutput",
     "ProjectionKind",
     "StoreMismatchError",
     "StoreStateError",
+    "TRAKer",
+    "TextClassification",
     "TrakDistError",
     "WorkerFailedError",
     "make_projector",

@@ -1,4 +1,4 @@
-"""The errors trak_dist raises. Every message says what happened, the values seen, and what to do."""
+"""The errors trak_dist raises: each message says what happened, the values seen, what to do."""
 
 from __future__ import annotations
 

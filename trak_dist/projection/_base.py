@@ -102,7 +102,7 @@ class Projector(ABC):
             ``[B, proj_dim]`` float32 on the gradients' device.
         """
 
-    def free_memory(self) -> None:
+    def free_memory(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached matrices (traker API)."""
 
     def _check_blocks(self, blocks: list[GradBlock]) -> None:

@@ -1,0 +1,99 @@
+import numpy as np
+import pytest
+
+from trak_dist.errors import StoreStateError
+from trak_dist.scoring import compute_scores, xtx_from_rows
+from trak_dist.store import FeatureSpec, FeatureStore
+
+N, M, P = 150, 23, 12
+
+
+def filled_store(path, ids=(0, 1), seed=0):
+    spec = FeatureSpec(
+        proj_dim=P,
+        projection="rademacher",
+        seed=0,
+        grad_wrt=None,
+        model_output="x",
+        grad_dim=100,
+        train_size=N,
+        dataset_fingerprint="d",
+        dtype="float32",
+        chunk_rows=32,
+    )
+    store = FeatureStore.create_or_open(path, spec)
+    rng = np.random.default_rng(seed)
+    data = {}
+    store.ensure_experiment("t", M, None)
+    for c in ids:
+        x = rng.standard_normal((N, P)).astype(np.float32)
+        q = rng.uniform(0.1, 1, N).astype(np.float32)
+        xt = rng.standard_normal((M, P)).astype(np.float32)
+        rows = store.ensure_checkpoint(c)
+        rows.write(0, x, q)
+        rows.commit(0, N)
+        store.write_xtx(c, xtx_from_rows(rows, 0, N, block=40))
+        trows = store.ensure_target_checkpoint("t", c)
+        trows.write(0, xt)
+        trows.commit(0, M)
+        data[c] = (x.astype(np.float64), q.astype(np.float64), xt.astype(np.float64))
+    return store, data
+
+
+def dense(data, p, lam, scaling=True):
+    s, q = 0, 0
+    for x, qc, xt in data.values():
+        x, xt = x[:, :p], xt[:, :p]
+        kinv = np.linalg.inv(x.T @ x + lam * np.eye(p))
+        if scaling:
+            kinv /= np.abs(kinv).mean()
+        s = s + x @ kinv @ xt.T
+        q = q + qc
+    return s / len(data) * (q / len(data))[:, None]
+
+
+@pytest.mark.parametrize(("train_block", "target_block"), [(4096, 1024), (7, 5), (32, 1)])
+@pytest.mark.parametrize(("p", "lam", "scaling"), [(P, 0.0, "mean_abs"), (5, 0.5, "none")])
+def test_block_scores_equal_a_dense_solve(store_path, train_block, target_block, p, lam, scaling):
+    store, data = filled_store(store_path)
+    sset = compute_scores(
+        store,
+        "t",
+        [0, 1],
+        p,
+        lam,
+        scaling,
+        topk=4,
+        train_block=train_block,
+        target_block=target_block,
+    )
+    ref = dense(data, p, lam, scaling == "mean_abs")
+    np.testing.assert_allclose(sset.scores(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    top = sset.read_topk()
+    order = np.argsort(-ref, axis=0)
+    np.testing.assert_array_equal(top["proponents_idx"], order[:4].T)
+    np.testing.assert_array_equal(top["opponents_idx"], np.argsort(ref, axis=0)[:4].T)
+    np.testing.assert_allclose(
+        top["proponents_val"],
+        np.take_along_axis(ref, order[:4], 0).T,
+        rtol=1e-5,
+        atol=1e-5 * np.abs(ref).max(),
+    )
+
+
+def test_factor_is_reused_across_lambdas(store_path):
+    store, _ = filled_store(store_path, ids=(0,))
+    compute_scores(store, "t", [0], P, 0.1)
+    assert store.read_factor(0, P) is not None
+    store.write_xtx(0, np.full((P, P), np.nan))  # a recomputation would now produce NaNs
+    sset = compute_scores(store, "t", [0], P, 1.0)
+    assert np.isfinite(sset.scores()).all()
+
+
+def test_scoring_unfinished_features_is_an_error(store_path):
+    store, _ = filled_store(store_path, ids=(0,))
+    store.ensure_checkpoint(5)
+    with pytest.raises(StoreStateError, match="model_id=5"):
+        compute_scores(store, "t", [0, 5], P, 0.1)
+    with pytest.raises(StoreStateError, match="exceeds"):
+        compute_scores(store, "t", [0], P + 1, 0.1)

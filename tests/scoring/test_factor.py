@@ -1,0 +1,37 @@
+import logging
+
+import numpy as np
+import pytest
+
+from trak_dist.errors import IllConditionedError
+from trak_dist.scoring import Factorization, gram
+
+
+def test_kinv_matches_a_direct_inverse_for_every_lambda():
+    x = np.random.default_rng(0).standard_normal((200, 30))
+    f = Factorization.of(gram(x), 200)
+    for lam in (0.0, 1e-3, 1.0):
+        k = x.T @ x + lam * np.eye(30)
+        np.testing.assert_allclose(f.kinv(lam, "none"), np.linalg.inv(k), rtol=1e-9, atol=1e-12)
+        inv = np.linalg.inv(k)
+        np.testing.assert_allclose(f.kinv(lam), inv / np.abs(inv).mean(), rtol=1e-9)
+
+
+def test_singular_gram_is_a_loud_error():
+    x = np.random.default_rng(1).standard_normal((20, 50))  # n < p: rank ≤ 20
+    f = Factorization.of(gram(x), 20)
+    with pytest.raises(IllConditionedError) as e:
+        f.kinv(0.0, context="model_id=0")
+    msg = str(e.value)
+    assert "n=20" in msg and "proj_dim=50" in msg and "lambda_reg" in msg and "model_id=0" in msg
+    f.kinv(1e-2)  # regularised: fine
+
+
+def test_ill_conditioned_gram_warns(caplog):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((100, 10))
+    x[:, 9] = x[:, 8] + 1e-6 * rng.standard_normal(100)
+    f = Factorization.of(gram(x), 100)
+    with caplog.at_level(logging.WARNING):
+        f.kinv(0.0)
+    assert "ill-conditioned" in caplog.text

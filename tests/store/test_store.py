@@ -1,0 +1,126 @@
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError
+from trak_dist.store import FeatureSpec, FeatureStore, checkpoint_fingerprint, dataset_fingerprint
+
+
+def spec(**kw):
+    base = dict(
+        proj_dim=64,
+        projection="rademacher",
+        seed=0,
+        grad_wrt=None,
+        model_output="trak_dist.tasks._classification:ImageClassification",
+        grad_dim=1000,
+        train_size=1000,
+        dataset_fingerprint="abc",
+        dtype="float16",
+        chunk_rows=128,
+    )
+    base.update(kw)
+    return FeatureSpec(**base)
+
+
+def test_metadata_roundtrip_and_mismatch(store_path):
+    FeatureStore.create_or_open(store_path, spec())
+    reopened = FeatureStore.open(store_path)
+    assert reopened.spec == spec()
+    # a smaller proj_dim is served by the prefix
+    FeatureStore.create_or_open(store_path, spec(proj_dim=32))
+    for change in (
+        dict(proj_dim=128),
+        dict(seed=1),
+        dict(grad_wrt=("fc.weight",)),
+        dict(dataset_fingerprint="other"),
+        dict(dtype="float32"),
+        dict(projection="normal"),
+        dict(train_size=999),
+        dict(chunk_rows=64),
+    ):
+        with pytest.raises(StoreMismatchError) as e:
+            FeatureStore.create_or_open(store_path, spec(**change))
+        field = next(iter(change))
+        assert field in str(e.value) and "new store path" in str(e.value)
+
+
+def test_spec_validation_names_the_field():
+    with pytest.raises(ConfigError, match="proj_dim=0"):
+        spec(proj_dim=0)
+    with pytest.raises(ConfigError, match="dtype='bfloat16'"):
+        spec(dtype="bfloat16")
+
+
+def test_foreign_directory_is_refused(tmp_path):
+    import zarr
+
+    zarr.open_group(tmp_path / "other.zarr", mode="a").create_array("x", shape=(2,), dtype="f4")
+    with pytest.raises(StoreMismatchError, match="did not write"):
+        FeatureStore.create_or_open(tmp_path / "other.zarr", spec())
+
+
+def test_chunk_aligned_writes_commits_and_pending(store_path):
+    store = FeatureStore.create_or_open(store_path, spec())
+    rows = store.ensure_checkpoint(0, "fp0")
+    assert rows.n_chunks == 8  # 1000 rows / 128, last chunk partial
+    assert list(rows.pending_ranges(300)) == [(0, 256), (256, 512), (512, 768), (768, 1000)]
+    x = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    rows.write(256, x, np.ones(256, np.float32))
+    rows.commit(256, 512)
+    tail = np.ones((1000 - 896, 64), np.float32)
+    rows.write(896, tail)
+    rows.commit(896, 1000)
+    assert list(rows.done_chunks()) == [0, 0, 1, 1, 0, 0, 0, 1]
+    assert list(rows.pending_ranges(10_000)) == [(0, 256), (512, 896)]
+    np.testing.assert_array_equal(rows.read(256, 512), x.astype(np.float16))
+    with pytest.raises(ConfigError, match="not aligned"):
+        rows.write(100, x)
+    with pytest.raises(ConfigError, match="not aligned"):
+        rows.commit(0, 200)
+
+
+def test_checkpoint_fingerprint_guards_model_ids(store_path):
+    store = FeatureStore.create_or_open(store_path, spec())
+    store.ensure_checkpoint(3, "aaa")
+    store.ensure_checkpoint(3, "aaa")
+    with pytest.raises(StoreMismatchError, match="model_id=3"):
+        store.ensure_checkpoint(3, "bbb")
+    assert store.checkpoint_ids() == [3]
+    with pytest.raises(StoreStateError, match="featurised checkpoints: \\[3\\]"):
+        store.train_rows(4)
+
+
+def test_experiments_and_missing_store(store_path, tmp_path):
+    store = FeatureStore.create_or_open(store_path, spec())
+    store.ensure_experiment("val", 10, "f1")
+    ts = store.ensure_target_checkpoint("val", 0)
+    assert (ts.n, ts.proj_dim) == (10, 64)
+    with pytest.raises(StoreMismatchError, match="new experiment name"):
+        store.ensure_experiment("val", 11, "f1")
+    with pytest.raises(StoreStateError, match="featurise the train set first"):
+        FeatureStore.open(tmp_path / "nothing.zarr")
+
+
+def test_rows_of_two_processes_never_share_a_chunk_file(store_path):
+    """Each committed chunk is its own key: a chunk's data and its flag are separate files."""
+    store = FeatureStore.create_or_open(store_path, spec())
+    rows = store.ensure_checkpoint(0)
+    rows.write(0, np.ones((128, 64), np.float32))
+    rows.commit(0, 128)
+    done_dir = os.path.join(store_path, "train", "0", "done", "c")
+    assert sorted(os.listdir(done_dir)) == ["0"]
+
+
+def test_fingerprints():
+    a = [(torch.arange(3.0), 1), (torch.arange(3.0) + 1, 0)]
+    b = [(torch.arange(3.0), 1), (torch.arange(3.0) + 2, 0)]
+    assert dataset_fingerprint(a) == dataset_fingerprint(list(a))
+    assert dataset_fingerprint(a) != dataset_fingerprint(b)
+    assert dataset_fingerprint(a) != dataset_fingerprint(a[:1])
+    sd = {"w": torch.ones(2, 2, dtype=torch.bfloat16)}
+    assert checkpoint_fingerprint(sd) != checkpoint_fingerprint({"w": torch.zeros(2, 2)})
+    assert dataclasses.replace(spec(), seed=2).seed == 2

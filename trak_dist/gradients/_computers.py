@@ -1,0 +1,89 @@
+"""Per-sample gradients of a task's model output: vectorised (torch.func) and a plain loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trak_dist.gradients._layout import ParamLayout
+
+
+class GradientComputer:
+    """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``).
+
+    The model is put in eval mode, so BatchNorm uses its running statistics and Dropout is off:
+    a sample's gradient does not depend on the rest of its batch.
+
+    Args:
+        model: the network; its parameters are replaced by ``load_state_dict``.
+        task: a ModelOutput (see ``trak_dist.tasks``).
+        grad_wrt: parameter names to differentiate, None for all.
+        device: where the model runs.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        task: Any,
+        grad_wrt: Iterable[str] | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.task = task
+        self.layout = ParamLayout.of(model, grad_wrt)
+        self.load_model_params(model)
+
+    def load_state_dict(self, state_dict: dict[str, Tensor]) -> None:
+        """Load checkpoint weights into the model and refresh the functional parameters."""
+        self.model.load_state_dict(state_dict)
+        self.model.eval()
+        self.load_model_params(self.model)
+
+    def load_model_params(self, model: nn.Module) -> None:
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        chosen = set(self.layout.names)
+        self.selected = {k: params[k] for k in self.layout.names}
+        self.frozen = {k: v for k, v in params.items() if k not in chosen}
+        self.buffers = {k: v.detach() for k, v in model.named_buffers()}
+
+    def _output(self, selected: dict[str, Tensor], *sample: Tensor) -> Tensor:
+        weights = {**self.frozen, **selected}
+        return self.task.get_output(self.model, weights, self.buffers, *sample)
+
+    def per_sample_grads(self, batch: Sequence[Tensor]) -> dict[str, Tensor]:
+        """``{name: [B, *param.shape]}`` in ``layout`` order."""
+        batch = [b.to(self.device) for b in batch]
+        grad_fn = torch.func.grad(self._output, argnums=0)
+        in_dims = (None, *([0] * len(batch)))
+        grads = torch.func.vmap(grad_fn, in_dims=in_dims, randomness="different")(
+            self.selected, *batch
+        )
+        return {k: grads[k] for k in self.layout.names}
+
+    def out_to_loss(self, batch: Sequence[Tensor]) -> Tensor:
+        """Q for the batch, ``[B]`` float32."""
+        batch = [b.to(self.device) for b in batch]
+        weights = {**self.frozen, **self.selected}
+        with torch.no_grad():
+            q = self.task.get_out_to_loss_grad(self.model, weights, self.buffers, batch)
+        return q.reshape(-1).to(torch.float32)
+
+
+class IterativeGradientComputer(GradientComputer):
+    """The same gradients, one ``torch.autograd.grad`` call per sample.
+
+    Slow; a fallback for models torch.func cannot trace, and the tests' reference.
+    """
+
+    def per_sample_grads(self, batch: Sequence[Tensor]) -> dict[str, Tensor]:
+        batch = [b.to(self.device) for b in batch]
+        leaves = {k: v.clone().requires_grad_(True) for k, v in self.selected.items()}
+        rows: list[tuple[Tensor, ...]] = []
+        for k in range(batch[0].shape[0]):
+            out = self._output(leaves, *(b[k] for b in batch))
+            rows.append(torch.autograd.grad(out, list(leaves.values())))
+        return {name: torch.stack([r[j] for r in rows]) for j, name in enumerate(self.layout.names)}

@@ -1,0 +1,169 @@
+"""Block-wise scores from the store, with memory independent of n and m (invariant 5).
+
+For checkpoint c, Φ_c X_tcᵀ = X_c K_c⁻¹ X_tcᵀ = X_c Y_cᵀ with Y_c = X_tc K_c⁻¹ (K⁻¹ is
+symmetric). Y_c ``[m, p]`` is computed once per checkpoint, target block by target block, and
+stored; then every (train block × target block) of S is Σ_c X_c[b] Y_c[t]ᵀ / C, times the mean Q
+of its rows. Φ is never materialised, and new targets only cost their own Y.
+
+Peak memory: K⁻¹ (p²), one target block of Y per checkpoint (C·T·p), one train block (B·p) and
+one score block (B·T), where T shrinks to keep C·T·p under ``memory_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from trak_dist.errors import StoreStateError
+from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
+from trak_dist.store._zarr import array
+
+
+def xtx_from_rows(
+    rows: RowSet, start: int, end: int, block: int = 8192, device: torch.device | str = "cpu"
+) -> np.ndarray:
+    """XᵀX (float64) of stored rows ``[start, end)``, read ``block`` rows at a time."""
+    out = np.zeros((rows.proj_dim, rows.proj_dim), dtype=np.float64)
+    for r0 in range(start, end, block):
+        out += gram(rows.read(r0, min(end, r0 + block)), device)
+    return out
+
+
+def ensure_factor(
+    store: FeatureStore, model_id: int, proj_dim: int, device: torch.device | str = "cpu"
+) -> Factorization:
+    """The factorisation of XᵀX[:p, :p] for ``model_id``: read from the store or computed once."""
+    n = store.spec.train_size
+    cached = store.read_factor(model_id, proj_dim)
+    if cached is not None:
+        return Factorization(cached[0], cached[1], n)
+    xtx = store.read_xtx(model_id)
+    if xtx is None:
+        raise StoreStateError(
+            f"model_id={model_id} has no XᵀX in {store.where}: its train features are not "
+            "finalised. Run finalize_features (or the pipeline's featurise phase) first."
+        )
+    factor = Factorization.of(xtx[:proj_dim, :proj_dim], n, device)
+    store.write_factor(model_id, proj_dim, factor.eigenvalues, factor.eigenvectors)
+    return factor
+
+
+def _merge_topk(
+    best: tuple[torch.Tensor, torch.Tensor] | None, block: torch.Tensor, first_row: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    vals, idx = torch.topk(block, min(k, block.shape[0]), dim=0)
+    idx = idx + first_row
+    if best is not None:
+        vals, pos = torch.topk(torch.cat([best[0], vals]), k, dim=0)
+        idx = torch.gather(torch.cat([best[1], idx]), 0, pos)
+    return vals, idx
+
+
+def compute_scores(
+    store: FeatureStore,
+    exp: str,
+    model_ids: Sequence[int],
+    proj_dim: int | None = None,
+    lambda_reg: float = 0.0,
+    kinv_scaling: str = "mean_abs",
+    topk: int = 10,
+    train_block: int = 4096,
+    target_block: int = 1024,
+    memory_bytes: int = 1 << 30,
+    device: torch.device | str = "cpu",
+    progress: bool = False,
+) -> ScoreSet:
+    """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
+
+    Returns:
+        The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``.
+    """
+    spec = store.spec
+    p = spec.proj_dim if proj_dim is None else proj_dim
+    n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)
+    if p > spec.proj_dim:
+        raise StoreStateError(
+            f"proj_dim={p} exceeds the store's featurised proj_dim={spec.proj_dim}; "
+            "featurise at the largest proj_dim of a sweep."
+        )
+    train_sets = [store.train_rows(c) for c in ids]
+    target_sets = [store.target_rows(exp, c) for c in ids]
+    for c, rs in zip(ids, train_sets, strict=True):
+        if not rs.is_complete():
+            raise StoreStateError(f"model_id={c}: train features are incomplete; featurise first.")
+    for c, ts in zip(ids, target_sets, strict=True):
+        if not ts.is_complete():
+            raise StoreStateError(f"model_id={c}: targets of {exp!r} are not all featurised.")
+
+    name = variant_name(p, lambda_reg, kinv_scaling)
+    attrs = {
+        "proj_dim": p,
+        "lambda_reg": lambda_reg,
+        "kinv_scaling": kinv_scaling,
+        "model_ids": ids,
+    }
+    sset = store.create_scores(exp, name, n, m, topk, attrs)
+    tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
+    ys = sset.group.require_group("Y")
+    for c, ts in zip(ids, target_sets, strict=True):
+        kinv = torch.as_tensor(
+            ensure_factor(store, c, p, device).kinv(lambda_reg, kinv_scaling, f"model_id={c}"),
+            device=device,
+        )
+        y = ys.create_array(
+            str(c),
+            shape=(m, p),
+            chunks=(min(m, tb), p),
+            dtype="float32",
+            compressors=None,
+            overwrite=True,
+        )
+        for t0 in range(0, m, tb):
+            xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
+            y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
+        del kinv
+
+    k = min(topk, n)
+    bar = tqdm(
+        total=-(-m // tb) * -(-n // train_block),
+        desc=f"scores {exp}/{name}",
+        disable=not progress,
+        unit="block",
+    )
+    for t0 in range(0, m, tb):
+        t1 = min(m, t0 + tb)
+        yblocks = [
+            torch.as_tensor(np.asarray(array(ys, str(c))[t0:t1]), device=device) for c in ids
+        ]
+        best: tuple[torch.Tensor, torch.Tensor] | None = None
+        worst: tuple[torch.Tensor, torch.Tensor] | None = None
+        for r0 in range(0, n, train_block):
+            r1 = min(n, r0 + train_block)
+            acc = torch.zeros(r1 - r0, t1 - t0, dtype=torch.float32, device=device)
+            qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
+            for rs, yb in zip(train_sets, yblocks, strict=True):
+                x = torch.as_tensor(rs.read(r0, r1, p), device=device).float()
+                acc.addmm_(x, yb.T)
+                qbar += torch.as_tensor(rs.read_q(r0, r1), device=device)
+            block = (acc / len(ids)) * (qbar / len(ids))[:, None]
+            sset.write_block(r0, t0, block.cpu().numpy())
+            best = _merge_topk(best, block, r0, k)
+            worst = _merge_topk(worst, -block, r0, k)
+            bar.update()
+        assert best is not None and worst is not None  # n ≥ 1, so the loop ran
+        sset.write_topk(
+            t0,
+            {
+                "proponents_idx": best[1].T.cpu().numpy(),
+                "proponents_val": best[0].T.cpu().numpy(),
+                "opponents_idx": worst[1].T.cpu().numpy(),
+                "opponents_val": (-worst[0]).T.cpu().numpy(),
+            },
+        )
+    bar.close()
+    sset.mark_complete()
+    return sset

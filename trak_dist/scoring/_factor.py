@@ -1,0 +1,93 @@
+"""XᵀX and its one factorisation per (checkpoint, proj_dim), serving every λ."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from trak_dist.errors import ConfigError, IllConditionedError
+
+logger = logging.getLogger(__name__)
+KINV_SCALINGS = ("mean_abs", "none")
+WARN_CONDITION = 1e8
+
+
+def gram(x: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> np.ndarray:
+    """XᵀX in float64 of rows ``x`` ``[rows, p]`` as stored (so partial sums add up exactly
+    the same whichever worker computed them)."""
+    t = torch.as_tensor(x).to(device=device, dtype=torch.float64)
+    return (t.T @ t).cpu().numpy()
+
+
+@dataclass(frozen=True)
+class Factorization:
+    """Eigendecomposition XᵀX = V diag(e) Vᵀ; (XᵀX + λI)⁻¹ = V diag(1/(e+λ)) Vᵀ for any λ."""
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    train_size: int
+
+    @classmethod
+    def of(
+        cls, xtx: np.ndarray, train_size: int, device: torch.device | str = "cpu"
+    ) -> Factorization:
+        t = torch.as_tensor(xtx, dtype=torch.float64, device=device)
+        evals, evecs = torch.linalg.eigh((t + t.T) / 2)
+        return cls(evals.cpu().numpy(), evecs.cpu().numpy(), train_size)
+
+    @property
+    def proj_dim(self) -> int:
+        return int(self.eigenvalues.shape[0])
+
+    def kinv(self, lambda_reg: float, scaling: str = "mean_abs", context: str = "") -> np.ndarray:
+        """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs``
+        (traker 0.3.2 does so before casting to float16).
+
+        Raises:
+            IllConditionedError: XᵀX + λI is singular to float64 precision.
+        """
+        if lambda_reg < 0:
+            raise ConfigError(f"lambda_reg={lambda_reg}; expected a value ≥ 0.")
+        if scaling not in KINV_SCALINGS:
+            raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
+        self.check_conditioning(lambda_reg, context)
+        v = self.eigenvectors
+        kinv = (v / (self.eigenvalues + lambda_reg)) @ v.T
+        if scaling == "mean_abs":
+            kinv = kinv / np.abs(kinv).mean()
+        return kinv
+
+    def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
+        """The condition number of XᵀX + λI; raises when it is numerically singular."""
+        e = self.eigenvalues + lambda_reg
+        top = float(e.max())
+        low = float(e.min())
+        p, n = self.proj_dim, self.train_size
+        tol = max(top, np.finfo(np.float64).tiny) * p * np.finfo(np.float64).eps
+        where = f" ({context})" if context else ""
+        if top <= 0 or low <= tol:
+            rank_hint = (
+                f" With n={n} train examples and proj_dim={p}, XᵀX has rank ≤ {min(n, p)}"
+                f"{' < proj_dim' if n < p else ''}."
+            )
+            suggestion = max(top, 1.0) * 1e-6
+            raise IllConditionedError(
+                f"XᵀX + λI is singular{where}: smallest eigenvalue {low:.3g}, largest {top:.3g}, "
+                f"λ={lambda_reg:g}.{rank_hint} Scores would be noise. Set lambda_reg > 0 "
+                f"(e.g. {suggestion:.2g}, 1e-6 × the largest eigenvalue) or use a proj_dim "
+                f"below n."
+            )
+        cond = top / low
+        if cond > WARN_CONDITION:
+            logger.warning(
+                "XᵀX + λI is ill-conditioned%s: condition number %.3g (λ=%g); scores lose about "
+                "%d digits. A larger lambda_reg stabilises them.",
+                where,
+                cond,
+                lambda_reg,
+                int(np.log10(cond)),
+            )
+        return cond

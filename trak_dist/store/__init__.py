@@ -1,0 +1,25 @@
+"""The chunked Zarr store every worker writes into and the reducer reads."""
+
+from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
+from trak_dist.store._rows import RowSet
+from trak_dist.store._scores import ScoreSet, variant_name
+from trak_dist.store._spec import (
+    FORMAT_VERSION,
+    FeatureSpec,
+    checkpoint_fingerprint,
+    dataset_fingerprint,
+)
+from trak_dist.store._store import FeatureStore
+
+__all__ = [
+    "CODECS",
+    "DEFAULT_CODEC",
+    "FORMAT_VERSION",
+    "FeatureSpec",
+    "FeatureStore",
+    "RowSet",
+    "ScoreSet",
+    "checkpoint_fingerprint",
+    "dataset_fingerprint",
+    "variant_name",
+]

@@ -1,0 +1,130 @@
+"""What defines a store's features (invariant 4), and the fingerprints that tie it to its inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from trak_dist.errors import ConfigError, StoreMismatchError
+
+FORMAT_VERSION = 1
+DTYPES = ("float16", "float32")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Everything that changes the projected gradients X a store holds.
+
+    Attributes:
+        proj_dim: p the features were computed at; any p' ≤ p can be scored (prefix property).
+        projection: ``rademacher``, ``normal`` or ``identity``.
+        seed: projector seed.
+        grad_wrt: parameter names differentiated, or None for all.
+        model_output: the task's ``module:Class``.
+        grad_dim: d, the number of gradient entries.
+        train_size: n.
+        dataset_fingerprint: ``dataset_fingerprint()`` of the train set.
+        dtype: storage dtype of X, ``float16`` or ``float32``.
+        chunk_rows: rows per Zarr chunk; the unit of work and of commits.
+        format_version: layout version of the store.
+    """
+
+    proj_dim: int
+    projection: str
+    seed: int
+    grad_wrt: tuple[str, ...] | None
+    model_output: str
+    grad_dim: int
+    train_size: int
+    dataset_fingerprint: str
+    dtype: str = "float16"
+    chunk_rows: int = 256
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        for name in ("proj_dim", "grad_dim", "train_size", "chunk_rows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r}; expected a positive integer.")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype={self.dtype!r}; expected one of {DTYPES}.")
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["grad_wrt"] = None if self.grad_wrt is None else list(self.grad_wrt)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FeatureSpec:
+        d = dict(d)
+        if d.get("grad_wrt") is not None:
+            d["grad_wrt"] = tuple(d["grad_wrt"])
+        return cls(**d)
+
+    def check_compatible(self, stored: FeatureSpec, where: str) -> None:
+        """Raise StoreMismatchError unless features ``stored`` can serve this request.
+
+        Every field must match, except that a request for a smaller proj_dim is served by the
+        prefix of the stored features.
+        """
+        diffs = []
+        for f in dataclasses.fields(self):
+            mine, theirs = getattr(self, f.name), getattr(stored, f.name)
+            if f.name == "proj_dim" and mine <= theirs:
+                continue
+            if mine != theirs:
+                diffs.append(f"{f.name}: store has {theirs!r}, requested {mine!r}")
+        if diffs:
+            raise StoreMismatchError(
+                f"the store at {where} was written with different settings:\n  - "
+                + "\n  - ".join(diffs)
+                + "\nUse a new store path for the new settings, or open it with the stored "
+                "ones (a smaller proj_dim is fine: it reuses the prefix of the stored features)."
+            )
+
+
+def _update_with_tensor(h: Any, t: torch.Tensor | np.ndarray) -> None:
+    h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+    if isinstance(t, torch.Tensor):
+        # via uint8 so that dtypes numpy lacks (bfloat16) hash too
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    else:
+        h.update(np.ascontiguousarray(t).tobytes())
+
+
+def dataset_fingerprint(dataset: Any, samples: int = 64) -> str:
+    """A cheap content hash: the length and ``samples`` evenly spaced items.
+
+    Catches a different dataset, order or size; pass your own fingerprint when items are too
+    expensive to read twice.
+    """
+    n = len(dataset)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(n).encode())
+    for i in np.unique(np.linspace(0, max(n - 1, 0), num=min(samples, n), dtype=np.int64)):
+        item = dataset[int(i)]
+        for part in item if isinstance(item, (tuple, list)) else (item,):
+            if isinstance(part, (torch.Tensor, np.ndarray)):
+                _update_with_tensor(h, part)
+            else:
+                h.update(repr(part).encode())
+    return h.hexdigest()
+
+
+def checkpoint_fingerprint(
+    state_dict: Mapping[str, Any], names: Iterable[str] | None = None
+) -> str:
+    """Hash of a checkpoint's tensors (all, or ``names``), to catch a reused model_id."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(state_dict) if names is None else names:
+        value = state_dict[name]
+        h.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            _update_with_tensor(h, value)
+    return h.hexdigest()

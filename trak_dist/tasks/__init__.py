@@ -1,0 +1,58 @@
+"""Model output functions (what TRAK attributes) and their out-to-loss weights Q."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from trak_dist.errors import ConfigError
+from trak_dist.tasks._base import ModelOutput, describe, margin
+from trak_dist.tasks._classification import ImageClassification, TextClassification
+
+__all__ = [
+    "TASKS",
+    "ImageClassification",
+    "ModelOutput",
+    "TextClassification",
+    "describe",
+    "margin",
+    "resolve_task",
+]
+
+TASKS: dict[str, type[ModelOutput]] = {
+    "image_classification": ImageClassification,
+    "text_classification": TextClassification,
+}
+
+
+def resolve_task(task: Any) -> Any:
+    """A task instance from a name in ``TASKS``, a ``"package.module:Class"`` path, or an object.
+
+    Objects are taken as they are if they have ``get_output`` and ``get_out_to_loss_grad``
+    (traker ``AbstractModelOutput`` instances qualify).
+    """
+    if isinstance(task, str):
+        if task in TASKS:
+            return TASKS[task]()
+        if ":" in task:
+            module, _, name = task.partition(":")
+            try:
+                obj = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError) as e:
+                raise ConfigError(
+                    f"task={task!r} could not be imported ({e}). Use 'package.module:Class' "
+                    "with the package importable on every worker."
+                ) from e
+            return resolve_task(obj() if isinstance(obj, type) else obj)
+        raise ConfigError(
+            f"task={task!r} is not a known task; expected one of {sorted(TASKS)} or "
+            "'package.module:Class' naming a ModelOutput subclass."
+        )
+    if isinstance(task, type):
+        return resolve_task(task())
+    if not (hasattr(task, "get_output") and hasattr(task, "get_out_to_loss_grad")):
+        raise ConfigError(
+            f"task {task!r} lacks get_output/get_out_to_loss_grad; subclass "
+            "trak_dist.tasks.ModelOutput (see its docstring)."
+        )
+    return task

@@ -1,0 +1,81 @@
+"""The model-output protocol: what a task must provide (traker's AbstractModelOutput shape)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+Params = dict[str, Tensor]
+
+
+class ModelOutput(ABC):
+    """A model output function f(z; θ) and its out-to-loss weight Q (TRAK paper, §3).
+
+    To add a task, subclass this (or traker's ``AbstractModelOutput``: the signatures are the
+    same, so traker tasks work unchanged) and implement:
+
+    - ``get_output(model, weights, buffers, *sample)``: f for ONE example (no batch dimension),
+      a scalar tensor, written with ``torch.func.functional_call(model, (weights, buffers), …)``
+      so it can be differentiated with respect to ``weights`` under ``vmap``.
+    - ``get_out_to_loss_grad(model, weights, buffers, batch)``: Q for a batch, shape ``[B]`` or
+      ``[B, 1]``: the derivative of the loss with respect to f.
+
+    Example:
+        >>> import torch
+        >>> from trak_dist.tasks import ModelOutput
+        >>> class Regression(ModelOutput):
+        ...     def get_output(self, model, weights, buffers, x, y):
+        ...         pred = torch.func.functional_call(model, (weights, buffers), x.unsqueeze(0))
+        ...         return pred.sum()
+        ...     def get_out_to_loss_grad(self, model, weights, buffers, batch):
+        ...         x, y = batch
+        ...         return torch.ones(x.shape[0])
+        >>> Regression().get_out_to_loss_grad(None, None, None, (torch.zeros(3, 2), None)).shape
+        torch.Size([3])
+    """
+
+    def __init__(self) -> None:  # noqa: B027 - subclasses may take options
+        pass
+
+    @abstractmethod
+    def get_output(
+        self, model: nn.Module, weights: Params, buffers: Params, *sample: Tensor
+    ) -> Tensor: ...
+
+    @abstractmethod
+    def get_out_to_loss_grad(
+        self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
+    ) -> Tensor: ...
+
+
+def margin(logits: Tensor, labels: Tensor) -> Tensor:
+    """log p/(1−p) of the correct class: its logit minus logsumexp of the other logits.
+
+    Args:
+        logits: ``[B, C]``.
+        labels: ``[B]``.
+
+    Returns:
+        ``[B]``.
+    """
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    correct = logits[rows, labels]
+    others = logits.clone()
+    others[rows, labels] = torch.tensor(-torch.inf, device=logits.device, dtype=logits.dtype)
+    return correct - others.logsumexp(dim=-1)
+
+
+def one_minus_p(logits: Tensor, labels: Tensor, temperature: float) -> Tensor:
+    """Q = 1 − softmax(logits / T)[label], shape ``[B]``."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return (1 - probs[torch.arange(logits.shape[0], device=logits.device), labels]).detach()
+
+
+def describe(task: Any) -> str:
+    """A stable name for the store's metadata."""
+    cls = type(task)
+    return f"{cls.__module__}:{cls.__qualname__}"

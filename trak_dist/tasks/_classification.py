@@ -1,0 +1,70 @@
+"""Image and text classification: the margin output and Q = 1 − p, as in traker 0.3.2."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from trak_dist.tasks._base import ModelOutput, Params, margin, one_minus_p
+
+
+class ImageClassification(ModelOutput):
+    """f = log p/(1−p) of the label's class; a sample is ``(image, label)``.
+
+    Args:
+        temperature: softmax temperature of Q.
+    """
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.loss_temperature = temperature
+
+    def get_output(
+        self, model: nn.Module, weights: Params, buffers: Params, *sample: Tensor
+    ) -> Tensor:
+        image, label = sample
+        logits = torch.func.functional_call(model, (weights, buffers), (image.unsqueeze(0),))
+        return margin(logits, label.unsqueeze(0)).sum()
+
+    def get_out_to_loss_grad(
+        self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
+    ) -> Tensor:
+        images, labels = batch
+        logits = torch.func.functional_call(model, (weights, buffers), (images,))
+        return one_minus_p(logits, labels, self.loss_temperature)
+
+
+class TextClassification(ModelOutput):
+    """Margin for sequence classifiers called as ``model(input_ids=, token_type_ids=,
+    attention_mask=)``; a sample is ``(input_ids, token_type_ids, attention_mask, label)``."""
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.loss_temperature = temperature
+
+    @staticmethod
+    def _logits(
+        model: nn.Module, weights: Params, buffers: Params, ids: Tensor, types: Tensor, mask: Tensor
+    ) -> Tensor:
+        kwargs = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+        out = torch.func.functional_call(model, (weights, buffers), args=(), kwargs=kwargs)
+        # Hugging Face models return an object with .logits; plain modules return the tensor.
+        return out.logits if hasattr(out, "logits") else out
+
+    def get_output(
+        self, model: nn.Module, weights: Params, buffers: Params, *sample: Tensor
+    ) -> Tensor:
+        ids, types, mask, label = sample
+        logits = self._logits(
+            model, weights, buffers, ids.unsqueeze(0), types.unsqueeze(0), mask.unsqueeze(0)
+        )
+        return margin(logits, label.unsqueeze(0)).sum()
+
+    def get_out_to_loss_grad(
+        self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
+    ) -> Tensor:
+        ids, types, mask, labels = batch
+        logits = self._logits(model, weights, buffers, ids, types, mask)
+        return one_minus_p(logits, labels, self.loss_temperature)
