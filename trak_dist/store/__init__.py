@@ -8,6 +8,7 @@ from trak_dist.store._spec import (
     FeatureSpec,
     checkpoint_fingerprint,
     dataset_fingerprint,
+    file_fingerprint,
 )
 from trak_dist.store._store import FeatureStore
 
@@ -21,5 +22,6 @@ __all__ = [
     "ScoreSet",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
+    "file_fingerprint",
     "variant_name",
 ]

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,15 @@ def dataset_fingerprint(dataset: Any, samples: int = 64) -> str:
                 _update_with_tensor(h, part)
             else:
                 h.update(repr(part).encode())
+    return h.hexdigest()
+
+
+def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:
+    """Hash of a file's bytes (a checkpoint file, to catch a reused model_id)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
     return h.hexdigest()
 
 

@@ -25,15 +25,16 @@ TASKS: dict[str, type[ModelOutput]] = {
 }
 
 
-def resolve_task(task: Any) -> Any:
-    """A task instance from a name in ``TASKS``, a ``"package.module:Class"`` path, or an object.
+def resolve_task(task: Any, **kwargs: Any) -> Any:
+    """A task instance from a name in ``TASKS``, a ``"package.module:Class"`` path, a class
+    (instantiated with ``kwargs``), or an object.
 
     Objects are taken as they are if they have ``get_output`` and ``get_out_to_loss_grad``
     (traker ``AbstractModelOutput`` instances qualify).
     """
     if isinstance(task, str):
         if task in TASKS:
-            return TASKS[task]()
+            return TASKS[task](**kwargs)
         if ":" in task:
             module, _, name = task.partition(":")
             try:
@@ -43,13 +44,13 @@ def resolve_task(task: Any) -> Any:
                     f"task={task!r} could not be imported ({e}). Use 'package.module:Class' "
                     "with the package importable on every worker."
                 ) from e
-            return resolve_task(obj() if isinstance(obj, type) else obj)
+            return resolve_task(obj, **kwargs)
         raise ConfigError(
             f"task={task!r} is not a known task; expected one of {sorted(TASKS)} or "
             "'package.module:Class' naming a ModelOutput subclass."
         )
     if isinstance(task, type):
-        return resolve_task(task())
+        return resolve_task(task(**kwargs))
     if not (hasattr(task, "get_output") and hasattr(task, "get_out_to_loss_grad")):
         raise ConfigError(
             f"task {task!r} lacks get_output/get_out_to_loss_grad; subclass "

@@ -1,0 +1,225 @@
+"""Job configuration: frozen dataclasses, one per concern, validated on construction.
+
+The same classes are the Python API's arguments and the Hydra CLI's structured configs
+(``trak_dist.cli`` registers them), so YAML and Python agree. Fields typed ``Any`` take either
+an import path ``"package.module:name"`` (CLI, YAML) or the object itself (Python API).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trak_dist.errors import ConfigError
+from trak_dist.projection import BACKENDS, ProjectionKind
+from trak_dist.scoring import KINV_SCALINGS
+from trak_dist.store import CODECS
+
+CLUSTER_KINDS = ("local", "ray", "slurm")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(
+                f"{type(obj).__name__}.{name}={value!r}; expected a positive integer."
+            )
+
+
+def _one_of(obj: object, name: str, allowed: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    if value not in allowed:
+        raise ConfigError(f"{type(obj).__name__}.{name}={value!r}; expected one of {allowed}.")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network and its checkpoints.
+
+    Attributes:
+        factory: callable (or its import path) returning the ``nn.Module``; called with
+            ``kwargs`` on every worker.
+        kwargs: keyword arguments of ``factory``.
+        checkpoints: a list of state-dict files (``torch.save``), or a callable / import path
+            returning such a list. Checkpoint k gets model_id k.
+    """
+
+    factory: Any = "trak_dist.examples.digits:make_model"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    checkpoints: Any = "trak_dist.examples.digits:checkpoints"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Train and target sets: callables (or import paths) returning map-style datasets whose
+    items are tuples of tensors (e.g. ``(image, label)``), batched with ``default_collate``.
+
+    Attributes:
+        train_fingerprint: identifies the train set in the store; computed from its items when
+            None (see ``dataset_fingerprint``).
+    """
+
+    train: Any = "trak_dist.examples.digits:train_set"
+    targets: Any = "trak_dist.examples.digits:target_set"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    train_fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The model output function (``image_classification``, ``text_classification`` or an
+    import path / instance of a ``ModelOutput``) and the parameters to differentiate."""
+
+    name: Any = "image_classification"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    grad_wrt: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class ProjectionConfig:
+    """P (docs/projection.md). ``featurize_dim`` is the stored width; every ``proj_dim`` up to it
+    is scored from the prefix (None: the job's proj_dim)."""
+
+    kind: str = "rademacher"
+    featurize_dim: int | None = None
+    seed: int = 0
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _one_of(self, "kind", tuple(k.value for k in ProjectionKind))
+        _one_of(self, "backend", BACKENDS)
+        _positive(self, "featurize_dim")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"ProjectionConfig.seed={self.seed}; expected [0, 2**64).")
+
+
+@dataclass(frozen=True)
+class FeaturizeConfig:
+    """How workers featurise.
+
+    Attributes:
+        micro_batch: samples per vmap call: sets a worker's peak memory.
+        shard_rows: rows per task, a multiple of ``store.chunk_rows`` (None: about four shards
+            per worker).
+        half_precision: store X in float16 (traker's default) instead of float32.
+        device: ``auto`` (cuda when the worker has a GPU), ``cpu`` or ``cuda``.
+        max_task_retries: reruns of a failed shard before the job fails.
+    """
+
+    micro_batch: int = 64
+    shard_rows: int | None = None
+    half_precision: bool = True
+    device: str = "auto"
+    max_task_retries: int = 2
+
+    def __post_init__(self) -> None:
+        _positive(self, "micro_batch", "shard_rows")
+        _one_of(self, "device", DEVICES)
+        if self.max_task_retries < 0:
+            raise ConfigError(f"max_task_retries={self.max_task_retries}; expected ≥ 0.")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where the Zarr store lives and how it is laid out."""
+
+    path: str = "trak_store.zarr"
+    codec: str = "none"
+    chunk_rows: int = 256
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        _one_of(self, "codec", CODECS)
+        _positive(self, "chunk_rows")
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Which targets are scored and how."""
+
+    exp_name: str = "targets"
+    kinv_scaling: str = "mean_abs"
+    topk: int = 10
+    train_block: int = 4096
+    target_block: int = 1024
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        _one_of(self, "kinv_scaling", KINV_SCALINGS)
+        _positive(self, "topk", "train_block", "target_block")
+        if not self.exp_name or "/" in self.exp_name:
+            raise ConfigError(f"exp_name={self.exp_name!r}; expected a non-empty name without '/'.")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where workers run.
+
+    Attributes:
+        kind: ``local`` (Ray started in-process), ``ray`` (connect to ``address``, default the
+            ``RAY_ADDRESS`` of ``ray job submit``), ``slurm`` (inside an allocation set up by
+            ``launch/``; connects like ``ray``).
+        num_workers: worker actors.
+        cpus_per_worker, gpus_per_worker: Ray resources of each worker (gpus_per_worker=None:
+            1 when the cluster has GPUs, else 0).
+        max_worker_restarts: replacements of dead workers before the job fails.
+    """
+
+    kind: str = "local"
+    address: str | None = None
+    num_workers: int = 2
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float | None = None
+    max_worker_restarts: int = 3
+    object_store_mb: int = 256
+    reducer_gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        _one_of(self, "kind", CLUSTER_KINDS)
+        _positive(self, "num_workers", "object_store_mb")
+        if self.max_worker_restarts < 0:
+            raise ConfigError(f"max_worker_restarts={self.max_worker_restarts}; expected ≥ 0.")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A whole trak_dist job. ``proj_dim`` and ``lambda_reg`` are the sweep axes; ``report`` is
+    the file stem of the run report (``.md`` and ``.json``), None for none."""
+
+    proj_dim: int = 512
+    lambda_reg: float = 0.0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    projection: ProjectionConfig = field(default_factory=ProjectionConfig)
+    featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    progress: bool = True
+    report: str | None = "trak_report"
+
+    def __post_init__(self) -> None:
+        _positive(self, "proj_dim")
+        if self.lambda_reg < 0:
+            raise ConfigError(f"lambda_reg={self.lambda_reg}; expected a value ≥ 0.")
+        width = self.featurize_dim
+        if width < self.proj_dim:
+            raise ConfigError(
+                f"projection.featurize_dim={width} is below proj_dim={self.proj_dim}; the stored "
+                "features must be at least as wide as any proj_dim scored from them."
+            )
+        shard = self.featurize.shard_rows
+        if shard is not None and shard % self.store.chunk_rows:
+            raise ConfigError(
+                f"featurize.shard_rows={shard} is not a multiple of store.chunk_rows="
+                f"{self.store.chunk_rows}; shards must cover whole chunks (concurrent writers "
+                "must never share a chunk)."
+            )
+
+    @property
+    def featurize_dim(self) -> int:
+        """The width the train features are stored at (an identity projection keeps all d)."""
+        return self.projection.featurize_dim or self.proj_dim

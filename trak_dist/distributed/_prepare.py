@@ -1,0 +1,92 @@
+"""What the driver does before any worker starts: resolve inputs, create the store, plan shards.
+
+Every array is created here, in one process (the Zarr rule: never create or resize from
+workers); workers only write whole chunks into arrays that already exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trak_dist.config import JobConfig
+from trak_dist.distributed._tasks import ShardTask, auto_shard_rows, shard_plan
+from trak_dist.gradients import ParamLayout
+from trak_dist.projection import ProjectionKind
+from trak_dist.sources import build_dataset, build_model, checkpoint_paths
+from trak_dist.store import FeatureSpec, FeatureStore, dataset_fingerprint, file_fingerprint
+from trak_dist.tasks import describe, resolve_task
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The resolved job: sizes, checkpoints and the shard tasks still to run."""
+
+    store: FeatureStore
+    checkpoints: list[Path]
+    n: int
+    m: int
+    grad_dim: int
+    width: int
+    proj_dim: int
+    shard_rows: int
+    train_tasks: list[ShardTask]
+    target_tasks: list[ShardTask]
+
+
+def prepare(cfg: JobConfig) -> Prepared:
+    checkpoints = checkpoint_paths(cfg.model.checkpoints)
+    model = build_model(cfg.model.factory, cfg.model.kwargs)
+    task = resolve_task(cfg.task.name, **cfg.task.kwargs)
+    grad_wrt = None if cfg.task.grad_wrt is None else tuple(cfg.task.grad_wrt)
+    d = ParamLayout.of(model, grad_wrt).grad_dim
+    identity = cfg.projection.kind == ProjectionKind.IDENTITY.value
+    width = d if identity else cfg.featurize_dim
+    proj_dim = d if identity else cfg.proj_dim
+    train = build_dataset(cfg.data.train, cfg.data.kwargs, "data.train")
+    targets = build_dataset(cfg.data.targets, cfg.data.kwargs, "data.targets")
+    n, m = len(train), len(targets)
+    spec = FeatureSpec(
+        proj_dim=width,
+        projection=cfg.projection.kind,
+        seed=cfg.projection.seed,
+        grad_wrt=grad_wrt,
+        model_output=describe(task),
+        grad_dim=d,
+        train_size=n,
+        dataset_fingerprint=cfg.data.train_fingerprint or dataset_fingerprint(train),
+        dtype="float16" if cfg.featurize.half_precision else "float32",
+        chunk_rows=cfg.store.chunk_rows,
+    )
+    store = FeatureStore.create_or_open(
+        cfg.store.path, spec, cfg.store.codec, overwrite=cfg.store.overwrite
+    )
+    exp = cfg.scoring.exp_name
+    store.ensure_experiment(exp, m, dataset_fingerprint(targets))
+    shard_rows = cfg.featurize.shard_rows or auto_shard_rows(
+        n, cfg.store.chunk_rows, cfg.cluster.num_workers
+    )
+    train_tasks, target_tasks = [], []
+    for mid, path in enumerate(checkpoints):
+        store.ensure_checkpoint(mid, file_fingerprint(path))
+        if store.read_xtx(mid) is None:
+            train_tasks += [
+                ShardTask("train", mid, s, e)
+                for s, e in shard_plan(n, cfg.store.chunk_rows, shard_rows)
+            ]
+        rows = store.ensure_target_checkpoint(exp, mid)
+        target_tasks += [
+            ShardTask("target", mid, s, e, exp) for s, e in rows.pending_ranges(shard_rows)
+        ]
+    return Prepared(
+        store,
+        checkpoints,
+        n,
+        m,
+        d,
+        store.spec.proj_dim,
+        proj_dim,
+        shard_rows,
+        train_tasks,
+        target_tasks,
+    )

@@ -1,0 +1,255 @@
+"""The Ray driver: hands shards to worker actors, forwards partial XᵀX to the reducer, scores.
+
+State lives in one dataclass; the loop waits on ``ray.wait(..., timeout=…)``. A worker that dies
+is replaced (at most ``cluster.max_worker_restarts`` times) and its shard rerun; a shard that
+raises is retried at most ``featurize.max_task_retries`` times. Committed chunks survive any
+failure, so rerunning a killed job resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from tqdm.auto import tqdm
+
+from trak_dist.config import JobConfig
+from trak_dist.distributed import _ray
+from trak_dist.distributed._prepare import Prepared, prepare
+from trak_dist.distributed._tasks import ShardResult, ShardTask
+from trak_dist.errors import WorkerFailedError
+
+logger = logging.getLogger(__name__)
+POLL_S = 1.0
+
+
+@dataclass
+class JobResult:
+    """What a run did: where results are, how long each phase took, what was reused."""
+
+    store: str
+    exp: str
+    n: int
+    m: int
+    checkpoints: int
+    proj_dim: int
+    scores: list[dict[str, Any]]
+    phases: dict[str, float]
+    rows_computed: dict[str, int]
+    rows_reused: dict[str, int]
+    worker_restarts: int
+    task_retries: int
+    conditioning: dict[int, dict[int, float]]
+
+
+@dataclass
+class DriverState:
+    pending: deque[ShardTask]
+    workers: list[Any] = field(default_factory=list)
+    idle: deque[int] = field(default_factory=deque)
+    inflight: dict[Any, tuple[ShardTask, int, Any]] = field(default_factory=dict)
+    train_left: dict[int, int] = field(default_factory=dict)
+    finish_refs: list[Any] = field(default_factory=list)
+    rows_computed: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
+    rows_reused: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
+    restarts: int = 0
+    retries: int = 0
+
+
+class _Session:
+    """Ray and reducers kept alive across run_job calls of one process (``keep_alive``): the
+    jobs of a sweep then pay for neither a Ray start nor a reducer start after the first."""
+
+    reducers: ClassVar[dict[tuple[str, str, float], Any]] = {}
+    registered: ClassVar[bool] = False
+
+    @classmethod
+    def reducer(cls, cfg: JobConfig) -> Any:
+        key = (str(cfg.store.path), cfg.scoring.device, cfg.cluster.reducer_gpus)
+        if key not in cls.reducers:
+            cls.reducers[key] = _ray.start_reducer(cfg)
+        if not cls.registered:
+            atexit.register(cls.close)
+            cls.registered = True
+        return cls.reducers[key]
+
+    @classmethod
+    def close(cls) -> None:
+        cls.reducers.clear()
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def run_job(
+    cfg: JobConfig,
+    variants: list[tuple[int, float]] | None = None,
+    on_shard: Callable[[ShardResult], None] | None = None,
+    keep_alive: bool = False,
+) -> JobResult:
+    """Featurise what the store lacks, reduce, and score ``variants`` ((proj_dim, λ) pairs;
+    default the job's own).
+
+    Args:
+        cfg: the job.
+        variants: (proj_dim, lambda_reg) pairs to score.
+        on_shard: called after each finished shard (progress hooks, fault-injection tests).
+        keep_alive: leave Ray and the reducer running for the next call in this process
+            (sweeps); they stop at interpreter exit.
+    """
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    prep = prepare(cfg)
+    variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
+    started = _ray.connect(cfg.cluster)
+    phases["setup"] = time.perf_counter() - t0
+    state = DriverState(deque(prep.train_tasks + prep.target_tasks))
+    for t in prep.train_tasks:
+        state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
+    reducer = _Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
+    try:
+        t1 = time.perf_counter()
+        proj_dims = sorted({p for p, _ in variants})
+        _featurize(cfg, prep, state, reducer, proj_dims, on_shard)
+        phases["featurize"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        finished = ray.get(state.finish_refs)
+        phases["reduce"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        scores = []
+        ids = list(range(len(prep.checkpoints)))
+        s = cfg.scoring
+        for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
+            scores.append(
+                ray.get(
+                    reducer.score.remote(
+                        s.exp_name,
+                        ids,
+                        p,
+                        lam,
+                        s.kinv_scaling,
+                        s.topk,
+                        s.train_block,
+                        s.target_block,
+                    )
+                )
+            )
+        phases["score"] = time.perf_counter() - t3
+    finally:
+        _ray.stop(state.workers if keep_alive else [*state.workers, reducer])
+        if started and not keep_alive:
+            ray.shutdown()
+    phases["total"] = time.perf_counter() - t0
+    return JobResult(
+        store=cfg.store.path,
+        exp=cfg.scoring.exp_name,
+        n=prep.n,
+        m=prep.m,
+        checkpoints=len(prep.checkpoints),
+        proj_dim=prep.width,
+        scores=scores,
+        phases=phases,
+        rows_computed=state.rows_computed,
+        rows_reused=state.rows_reused,
+        worker_restarts=state.restarts,
+        task_retries=state.retries,
+        conditioning={f["model_id"]: f["condition"] for f in finished},
+    )
+
+
+def _featurize(
+    cfg: JobConfig,
+    prep: Prepared,
+    state: DriverState,
+    reducer: Any,
+    proj_dims: list[int],
+    on_shard: Callable[[ShardResult], None] | None,
+) -> None:
+    if not state.pending:
+        return
+    count = min(cfg.cluster.num_workers, len(state.pending))
+    state.workers = [_ray.start_worker(cfg, prep.checkpoints, prep.width) for _ in range(count)]
+    state.idle.extend(range(count))
+    bars = {
+        kind: tqdm(
+            total=sum(t.rows for t in state.pending if t.kind == kind),
+            desc=f"{kind} features",
+            unit="row",
+            disable=not cfg.progress,
+        )
+        for kind in ("train", "target")
+    }
+    try:
+        while state.pending or state.inflight:
+            _fill(state)
+            ready, _ = ray.wait(list(state.inflight), num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                task, slot, xtx_ref = state.inflight.pop(ref)
+                result = _collect(cfg, prep, state, ref, task, slot)
+                if result is None:
+                    continue
+                state.idle.append(slot)
+                kind = task.kind
+                state.rows_computed[kind] += result.rows_computed
+                state.rows_reused[kind] += result.rows_reused
+                bars[kind].update(task.rows)
+                if kind == "train":
+                    reducer.add.remote(task.model_id, task.start, task.end, xtx_ref)
+                    state.train_left[task.model_id] -= 1
+                    if state.train_left[task.model_id] == 0:
+                        state.finish_refs.append(
+                            reducer.finish_checkpoint.remote(task.model_id, proj_dims)
+                        )
+                _fill(state)  # keep workers busy before anything slower
+                if on_shard is not None:
+                    on_shard(result)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    _ray.stop(state.workers)
+    state.workers = []
+
+
+def _fill(state: DriverState) -> None:
+    while state.pending and state.idle:
+        task, slot = state.pending.popleft(), state.idle.popleft()
+        meta, xtx = state.workers[slot].run.options(num_returns=2).remote(task)
+        state.inflight[meta] = (task, slot, xtx)
+
+
+def _collect(
+    cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any, task: ShardTask, slot: int
+) -> ShardResult | None:
+    """The shard's result, or None after arranging a rerun (raises when out of retries)."""
+    try:
+        return ray.get(ref)
+    except RayActorError as e:
+        state.restarts += 1
+        if state.restarts > cfg.cluster.max_worker_restarts:
+            raise WorkerFailedError(
+                f"a worker died running {task} and the job already replaced "
+                f"{cfg.cluster.max_worker_restarts} workers (cluster.max_worker_restarts). "
+                f"Last cause: {e}. Rerun the same command to resume from committed chunks."
+            ) from e
+        logger.warning(
+            "worker %d died running %s; replacing it and rerunning the shard", slot, task
+        )
+        state.workers[slot] = _ray.start_worker(cfg, prep.checkpoints, prep.width)
+    except RayTaskError as e:
+        if task.attempt >= cfg.featurize.max_task_retries:
+            raise WorkerFailedError(
+                f"{task} failed {task.attempt + 1} times (featurize.max_task_retries="
+                f"{cfg.featurize.max_task_retries}); last error: {e.cause!r}. Fix the cause and "
+                "rerun: committed chunks are kept."
+            ) from e
+        logger.warning("%s failed (%r); retrying", task, e.cause)
+    state.retries += 1
+    state.pending.appendleft(task.retry())
+    state.idle.append(slot)
+    return None

@@ -1,0 +1,94 @@
+"""The reducer: sums partial XᵀX, factorises once, streams score blocks. A plain class."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from trak_dist.errors import TrakDistError
+from trak_dist.scoring import compute_scores, ensure_factor
+from trak_dist.store import FeatureStore
+
+
+class Reducer:
+    """Accumulates each checkpoint's XᵀX from shard partials, then scores.
+
+    Memory: one ``[p, p]`` float64 sum per checkpoint still being featurised, plus what
+    ``compute_scores`` needs (independent of n and m).
+    """
+
+    def __init__(self, store_path: str, device: str = "cpu") -> None:
+        self.store = FeatureStore.open(store_path)
+        self.device = torch.device(device)
+        self._sums: dict[int, np.ndarray] = {}
+        self._covered: dict[int, list[tuple[int, int]]] = {}
+
+    def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
+        """Add the partial XᵀX of train rows ``[start, end)``."""
+        spans = self._covered.setdefault(model_id, [])
+        if any(s < end and start < e for s, e in spans):
+            raise TrakDistError(
+                f"rows [{start}, {end}) of model_id={model_id} were reduced twice; "
+                "this is a bug in the driver's bookkeeping."
+            )
+        spans.append((start, end))
+        if model_id in self._sums:
+            self._sums[model_id] += xtx
+        else:
+            self._sums[model_id] = xtx.copy()
+
+    def finish_checkpoint(self, model_id: int, proj_dims: list[int]) -> dict[str, Any]:
+        """Write XᵀX once every row is covered, and factorise it for each proj_dim."""
+        t0 = time.perf_counter()
+        n = self.store.spec.train_size
+        spans = sorted(self._covered.get(model_id, []))
+        covered = sum(e - s for s, e in spans)
+        if covered != n:
+            raise TrakDistError(
+                f"model_id={model_id}: partial XᵀX cover {covered} of {n} train rows; "
+                "every shard must be reduced once before finishing a checkpoint."
+            )
+        self.store.write_xtx(model_id, self._sums.pop(model_id))
+        conds = {}
+        for p in sorted(set(proj_dims)):
+            factor = ensure_factor(self.store, model_id, p, self.device)
+            top = float(factor.eigenvalues.max())
+            conds[p] = top / max(float(factor.eigenvalues.min()), np.finfo(float).tiny)
+        return {"model_id": model_id, "seconds": time.perf_counter() - t0, "condition": conds}
+
+    def score(
+        self,
+        exp: str,
+        model_ids: list[int],
+        proj_dim: int,
+        lambda_reg: float,
+        kinv_scaling: str,
+        topk: int,
+        train_block: int,
+        target_block: int,
+    ) -> dict[str, Any]:
+        """Score experiment ``exp`` for one (proj_dim, λ) variant into the store."""
+        t0 = time.perf_counter()
+        sset = compute_scores(
+            self.store,
+            exp,
+            model_ids,
+            proj_dim,
+            lambda_reg,
+            kinv_scaling,
+            topk,
+            train_block,
+            target_block,
+            device=self.device,
+        )
+        return {
+            "exp": exp,
+            "variant": sset.group.basename,
+            "proj_dim": proj_dim,
+            "lambda_reg": lambda_reg,
+            "seconds": time.perf_counter() - t0,
+            "path": f"{self.store.where}/scores/{exp}/{sset.group.basename}",
+        }

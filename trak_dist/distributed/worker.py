@@ -1,0 +1,125 @@
+"""A worker: featurises shards into the shared store. A plain class; Ray only wraps it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trak_dist.config import JobConfig
+from trak_dist.distributed._tasks import ShardResult, ShardTask
+from trak_dist.featurize import Featurizer
+from trak_dist.gradients import GradientComputer
+from trak_dist.projection import make_projector
+from trak_dist.scoring import gram
+from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
+from trak_dist.store import FeatureStore, RowSet
+from trak_dist.tasks import resolve_task
+
+logger = logging.getLogger(__name__)
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+class Worker:
+    """Runs ShardTasks for one job.
+
+    Per shard and chunk: a committed chunk is read back (its rows enter the partial XᵀX but no
+    gradient is computed); any other chunk is featurised micro-batch by micro-batch, written
+    (whole chunk), then committed. Memory: one micro-batch of gradients plus one chunk of rows.
+
+    Args:
+        cfg: the job.
+        checkpoints: checkpoint file per model_id.
+        feature_width: p of the stored features.
+    """
+
+    def __init__(self, cfg: JobConfig, checkpoints: list[Path], feature_width: int) -> None:
+        self.cfg = cfg
+        self.checkpoints = checkpoints
+        self.device = pick_device(cfg.featurize.device)
+        self.store = FeatureStore.open(cfg.store.path)
+        model = build_model(cfg.model.factory, cfg.model.kwargs)
+        task = resolve_task(cfg.task.name, **cfg.task.kwargs)
+        computer = GradientComputer(model, task, cfg.task.grad_wrt, self.device)
+        projector = make_projector(
+            cfg.projection.kind,
+            computer.layout.grad_dim,
+            feature_width,
+            cfg.projection.seed,
+            self.device,
+            cfg.projection.backend,
+        )
+        self.featurizer = Featurizer(computer, projector, cfg.featurize.micro_batch)
+        self._datasets: dict[str, Any] = {}
+        self._loaded: int | None = None
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _dataset(self, task: ShardTask) -> Any:
+        key = task.kind
+        if key not in self._datasets:
+            ref = self.cfg.data.train if key == "train" else self.cfg.data.targets
+            self._datasets[key] = build_dataset(ref, self.cfg.data.kwargs, f"data.{key}")
+        return self._datasets[key]
+
+    def _load(self, model_id: int) -> None:
+        if self._loaded != model_id:
+            state = load_state_dict(self.checkpoints[model_id], self.device)
+            self.featurizer.computer.load_state_dict(state)
+            self._loaded = model_id
+
+    def run(self, task: ShardTask) -> tuple[ShardResult, np.ndarray | None]:
+        """Featurise ``task``; returns its report and, for train shards, its partial XᵀX."""
+        t0 = time.perf_counter()
+        if task.kind == "train":
+            rows = self.store.train_rows(task.model_id)
+        else:
+            rows = self.store.target_rows(task.exp, task.model_id)
+        done = rows.done_chunks()
+        partial = np.zeros((rows.proj_dim, rows.proj_dim)) if task.kind == "train" else None
+        computed = reused = 0
+        for c0 in range(task.start, task.end, rows.chunk_rows):
+            c1 = min(task.end, c0 + rows.chunk_rows)
+            if done[c0 // rows.chunk_rows]:
+                if partial is not None:
+                    partial += gram(rows.read(c0, c1))
+                reused += c1 - c0
+                continue
+            x = self._featurize_chunk(rows, task, c0, c1)
+            if partial is not None:
+                partial += gram(x)
+            computed += c1 - c0
+        result = ShardResult(task, computed, reused, time.perf_counter() - t0, self.name)
+        return result, partial
+
+    def _featurize_chunk(self, rows: RowSet, task: ShardTask, c0: int, c1: int) -> np.ndarray:
+        self._load(task.model_id)
+        data = self._dataset(task)
+        step = self.cfg.featurize.micro_batch
+        xs, qs = [], []
+        for b0 in range(c0, c1, step):
+            batch = batch_of(data, b0, min(c1, b0 + step))
+            if task.kind == "train":
+                x, q = self.featurizer.featurize(batch, task.model_id)
+                qs.append(q.numpy())
+            else:
+                x = self.featurizer.project(batch, task.model_id)
+            xs.append(x.numpy())
+        # rounded to the stored dtype first, so the partial XᵀX equals one recomputed from the store
+        x_stored = np.concatenate(xs).astype(rows.X.dtype)
+        rows.write(c0, x_stored, np.concatenate(qs) if qs else None)
+        rows.commit(c0, c1)
+        return x_stored

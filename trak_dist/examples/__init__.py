@@ -1,0 +1,1 @@
+"""Bundled examples: data that ships with a package, models small enough for a laptop CPU."""

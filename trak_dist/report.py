@@ -1,0 +1,131 @@
+"""The run report: phase times, where results are, reuse counts, top proponents of a few targets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trak_dist.distributed.driver import JobResult
+from trak_dist.sources import build_dataset
+from trak_dist.store import FeatureStore
+
+SHOW_TARGETS = 3
+AGREEMENT_TARGETS = 100
+
+
+def _label(dataset: Any, i: int) -> int | None:
+    item = dataset[int(i)]
+    last = item[-1] if isinstance(item, (tuple, list)) else None
+    try:
+        return int(last) if last is not None and np.ndim(last) == 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def summarize(
+    result: JobResult,
+    train_ref: Any = None,
+    target_ref: Any = None,
+    data_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A JSON-able summary of ``result``; with the datasets, labels of targets and proponents
+    and the share of top-k proponents that have their target's label."""
+    store = FeatureStore.open(result.store, mode="r")
+    out: dict[str, Any] = {
+        "store": str(Path(result.store).resolve()),
+        "exp": result.exp,
+        "n": result.n,
+        "m": result.m,
+        "checkpoints": result.checkpoints,
+        "feature_dim": result.proj_dim,
+        "phases_s": {k: round(v, 3) for k, v in result.phases.items()},
+        "rows_computed": result.rows_computed,
+        "rows_reused": result.rows_reused,
+        "worker_restarts": result.worker_restarts,
+        "task_retries": result.task_retries,
+        "variants": [],
+    }
+    train = targets = None
+    if train_ref is not None and target_ref is not None:
+        train = build_dataset(train_ref, data_kwargs or {}, "data.train")
+        targets = build_dataset(target_ref, data_kwargs or {}, "data.targets")
+    for v in result.scores:
+        sset = store.score_set(result.exp, v["variant"])
+        assert sset is not None  # the driver just wrote it
+        top = sset.read_topk()
+        entry = {
+            **{k: v[k] for k in ("variant", "proj_dim", "lambda_reg", "path")},
+            "seconds": round(v["seconds"], 3),
+            "examples": [],
+        }
+        for t in range(min(SHOW_TARGETS, result.m)):
+            ex: dict[str, Any] = {
+                "target": t,
+                "proponents": top["proponents_idx"][t, :5].tolist(),
+                "proponent_scores": [float(f"{s:.4g}") for s in top["proponents_val"][t, :5]],
+                "opponents": top["opponents_idx"][t, :5].tolist(),
+            }
+            if train is not None and targets is not None:
+                ex["target_label"] = _label(targets, t)
+                ex["proponent_labels"] = [_label(train, i) for i in ex["proponents"]]
+            entry["examples"].append(ex)
+        if train is not None and targets is not None and _label(targets, 0) is not None:
+            shown = min(AGREEMENT_TARGETS, result.m)
+            same = [
+                _label(train, i) == _label(targets, t)
+                for t in range(shown)
+                for i in top["proponents_idx"][t]
+            ]
+            entry["proponent_label_agreement"] = round(float(np.mean(same)), 4)
+        out["variants"].append(entry)
+    return out
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        f"# trak_dist run: {summary['exp']}",
+        "",
+        f"- store: `{summary['store']}` (n={summary['n']} train, m={summary['m']} targets, "
+        f"{summary['checkpoints']} checkpoints, features of width {summary['feature_dim']})",
+        f"- rows computed: {summary['rows_computed']}, reused from the store: "
+        f"{summary['rows_reused']}; worker restarts {summary['worker_restarts']}, "
+        f"shard retries {summary['task_retries']}",
+        "",
+        "| phase | seconds |",
+        "| --- | ---: |",
+        *[f"| {k} | {v:.2f} |" for k, v in summary["phases_s"].items()],
+    ]
+    for v in summary["variants"]:
+        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", ""]
+        if "proponent_label_agreement" in v:
+            lines.append(
+                f"Top-k proponents sharing their target's label: "
+                f"{100 * v['proponent_label_agreement']:.1f} %"
+            )
+            lines.append("")
+        lines += [
+            "| target | label | top proponents (label) | scores |",
+            "| --- | --- | --- | --- |",
+        ]
+        for ex in v["examples"]:
+            labels = ex.get("proponent_labels") or [None] * len(ex["proponents"])
+            props = ", ".join(
+                f"{i}" + ("" if lab is None else f" ({lab})")
+                for i, lab in zip(ex["proponents"], labels, strict=True)
+            )
+            lines.append(
+                f"| {ex['target']} | {ex.get('target_label', '')} | {props} | "
+                f"{', '.join(map(str, ex['proponent_scores']))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write(summary: dict[str, Any], stem: str | Path) -> tuple[Path, Path]:
+    stem = Path(stem)
+    md, js = stem.with_suffix(".md"), stem.with_suffix(".json")
+    md.write_text(to_markdown(summary))
+    js.write_text(json.dumps(summary, indent=2))
+    return md, js

@@ -1,0 +1,90 @@
+"""Turn the config's import paths (or objects) into models, datasets, checkpoints and batches."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import default_collate
+
+from trak_dist.errors import ConfigError
+
+
+def load_object(ref: Any, what: str) -> Any:
+    """``"package.module:name"`` → the named object; anything else is returned as it is."""
+    if not isinstance(ref, str):
+        return ref
+    module, sep, name = ref.partition(":")
+    if not sep or not module or not name:
+        raise ConfigError(f"{what}={ref!r} is not an import path; expected 'package.module:name'.")
+    try:
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(
+            f"{what}={ref!r} could not be imported ({e}). The module must be importable on the "
+            "driver and every worker (installed, or under the working directory)."
+        ) from e
+    return obj
+
+
+def call(ref: Any, what: str, kwargs: dict[str, Any] | None = None) -> Any:
+    fn = load_object(ref, what)
+    if not callable(fn):
+        raise ConfigError(f"{what}={ref!r} is not callable.")
+    return fn(**(kwargs or {}))
+
+
+def build_model(factory: Any, kwargs: dict[str, Any]) -> nn.Module:
+    model = call(factory, "model.factory", kwargs)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model.factory returned {type(model).__name__}, not a torch nn.Module.")
+    return model
+
+
+def checkpoint_paths(ref: Any) -> list[Path]:
+    """The checkpoint files: a list of paths, or a callable / import path that returns one."""
+    if callable(ref) or (isinstance(ref, str) and ":" in ref and not Path(ref).exists()):
+        paths = call(ref, "model.checkpoints")
+    else:
+        paths = ref
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    out = [Path(p) for p in paths]
+    if not out:
+        raise ConfigError("model.checkpoints is empty; give at least one state-dict file.")
+    missing = [str(p) for p in out if not p.is_file()]
+    if missing:
+        raise ConfigError(f"checkpoint files not found: {missing}.")
+    return out
+
+
+def load_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, Tensor]:
+    """Weights only (``weights_only=True``: no code from the file runs)."""
+    state = torch.load(path, map_location=device, weights_only=True)
+    if not isinstance(state, dict):
+        raise ConfigError(f"{path} does not hold a state dict (found {type(state).__name__}).")
+    return state
+
+
+def build_dataset(ref: Any, kwargs: dict[str, Any], what: str) -> Any:
+    ds = load_object(ref, what)
+    if callable(ds) and not hasattr(ds, "__getitem__"):
+        ds = ds(**kwargs)
+    if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
+        raise ConfigError(
+            f"{what} gave {type(ds).__name__}; expected a map-style dataset (__len__ and "
+            "__getitem__ returning a tuple of tensors)."
+        )
+    return ds
+
+
+def batch_of(dataset: Any, start: int, end: int) -> list[Tensor]:
+    """Items ``[start, end)`` collated into a list of batched tensors."""
+    batch = default_collate([dataset[i] for i in range(start, end)])
+    return list(batch) if isinstance(batch, Sequence) else [batch]
