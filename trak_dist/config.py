@@ -161,20 +161,23 @@ class ClusterConfig:
         kind: ``local`` (Ray started in-process), ``ray`` (connect to ``address``, default the
             ``RAY_ADDRESS`` of ``ray job submit``), ``slurm`` (inside an allocation set up by
             ``launch/``; connects like ``ray``).
-        num_workers: worker actors.
+        num_workers: worker actors; None: as many as the cluster fits (one per GPU, or its
+            CPUs divided by cpus_per_worker).
         cpus_per_worker, gpus_per_worker: Ray resources of each worker (gpus_per_worker=None:
             1 when the cluster has GPUs, else 0).
         max_worker_restarts: replacements of dead workers before the job fails.
+        start_timeout_s: how long to wait for a first worker when none can be scheduled.
     """
 
     kind: str = "local"
     address: str | None = None
-    num_workers: int = 2
+    num_workers: int | None = 2
     cpus_per_worker: float = 1.0
     gpus_per_worker: float | None = None
     max_worker_restarts: int = 3
     object_store_mb: int = 256
     reducer_gpus: float = 0.0
+    start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         _one_of(self, "kind", CLUSTER_KINDS)

@@ -64,7 +64,7 @@ def prepare(cfg: JobConfig) -> Prepared:
     exp = cfg.scoring.exp_name
     store.ensure_experiment(exp, m, dataset_fingerprint(targets))
     shard_rows = cfg.featurize.shard_rows or auto_shard_rows(
-        n, cfg.store.chunk_rows, cfg.cluster.num_workers
+        n, cfg.store.chunk_rows, cfg.cluster.num_workers or 4
     )
     train_tasks, target_tasks = [], []
     for mid, path in enumerate(checkpoints):

@@ -26,8 +26,12 @@ def connect(cluster: ClusterConfig) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if cluster.kind == "local" and not cluster.address:
-        cpus = max(os.cpu_count() or 1, int(cluster.num_workers * cluster.cpus_per_worker))
+        wanted = (cluster.num_workers or 1) * cluster.cpus_per_worker
+        cpus = max(os.cpu_count() or 1, int(wanted))
+        # address="local": a fresh instance even when a `ray start` cluster (or a stale record
+        # of one in /tmp/ray) exists on this machine; bare ray.init() would try to join it
         ray.init(
+            address="local",
             num_cpus=cpus,
             include_dashboard=False,
             object_store_memory=cluster.object_store_mb * 2**20,
@@ -43,6 +47,31 @@ def gpus_per_worker(cluster: ClusterConfig) -> float:
     if cluster.gpus_per_worker is not None:
         return cluster.gpus_per_worker
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+
+
+def worker_count(cluster: ClusterConfig, tasks: int) -> int:
+    """Workers to start: the requested number (or what fits, when None), never more than the
+    cluster can host at once (extra actors would wait for resources forever) or than tasks."""
+    total = ray.cluster_resources()
+    gpus = gpus_per_worker(cluster)
+    fits = int(total.get("CPU", 0) // cluster.cpus_per_worker) if cluster.cpus_per_worker else tasks
+    if gpus:
+        fits = min(fits, int(total.get("GPU", 0) // gpus))
+    wanted = cluster.num_workers or max(1, fits)
+    if wanted > fits:
+        logger.warning(
+            "cluster.num_workers=%d but the cluster fits %d workers of %s CPU / %s GPU "
+            "(it has %s CPU, %s GPU); starting %d.",
+            wanted,
+            fits,
+            cluster.cpus_per_worker,
+            gpus,
+            total.get("CPU", 0),
+            total.get("GPU", 0),
+            max(1, fits),
+        )
+        wanted = max(1, fits)
+    return max(1, min(wanted, tasks))
 
 
 def start_worker(cfg: JobConfig, checkpoints: Sequence[Path], width: int) -> Any:

@@ -55,6 +55,8 @@ class DriverState:
     workers: list[Any] = field(default_factory=list)
     idle: deque[int] = field(default_factory=deque)
     inflight: dict[Any, tuple[ShardTask, int, Any]] = field(default_factory=dict)
+    starting: dict[Any, int] = field(default_factory=dict)
+    last_progress: float = field(default_factory=time.perf_counter)
     train_left: dict[int, int] = field(default_factory=dict)
     finish_refs: list[Any] = field(default_factory=list)
     rows_computed: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
@@ -173,9 +175,10 @@ def _featurize(
 ) -> None:
     if not state.pending:
         return
-    count = min(cfg.cluster.num_workers, len(state.pending))
-    state.workers = [_ray.start_worker(cfg, prep.checkpoints, prep.width) for _ in range(count)]
-    state.idle.extend(range(count))
+    count = _ray.worker_count(cfg.cluster, len(state.pending))
+    state.workers = [None] * count
+    for slot in range(count):
+        _start(cfg, prep, state, slot)
     bars = {
         kind: tqdm(
             total=sum(t.rows for t in state.pending if t.kind == kind),
@@ -188,12 +191,18 @@ def _featurize(
     try:
         while state.pending or state.inflight:
             _fill(state)
-            ready, _ = ray.wait(list(state.inflight), num_returns=1, timeout=POLL_S)
+            ready, _ = ray.wait([*state.inflight, *state.starting], num_returns=1, timeout=POLL_S)
+            if not ready:
+                _check_stalled(cfg, state)
             for ref in ready:
+                if ref in state.starting:
+                    _started(cfg, prep, state, ref)
+                    continue
                 task, slot, xtx_ref = state.inflight.pop(ref)
                 result = _collect(cfg, prep, state, ref, task, slot)
                 if result is None:
                     continue
+                state.last_progress = time.perf_counter()
                 state.idle.append(slot)
                 kind = task.kind
                 state.rows_computed[kind] += result.rows_computed
@@ -216,6 +225,50 @@ def _featurize(
     state.workers = []
 
 
+def _start(cfg: JobConfig, prep: Prepared, state: DriverState, slot: int) -> None:
+    """Start the worker of ``slot``; it gets shards once it reports ready."""
+    actor = _ray.start_worker(cfg, prep.checkpoints, prep.width)
+    state.workers[slot] = actor
+    state.starting[actor.__ray_ready__.remote()] = slot
+
+
+def _started(cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any) -> None:
+    slot = state.starting.pop(ref)
+    try:
+        ray.get(ref)
+    except RayActorError as e:
+        _replace(cfg, prep, state, slot, f"worker {slot} failed to start", e)
+        return
+    state.last_progress = time.perf_counter()
+    state.idle.append(slot)
+
+
+def _check_stalled(cfg: JobConfig, state: DriverState) -> None:
+    """Fail, rather than wait forever, when no worker could be scheduled."""
+    waited = time.perf_counter() - state.last_progress
+    if not state.inflight and state.starting and waited > cfg.cluster.start_timeout_s:
+        raise WorkerFailedError(
+            f"no worker started within {cfg.cluster.start_timeout_s:.0f} s "
+            f"(cluster.start_timeout_s): the cluster lacks the resources one worker asks for "
+            f"(cpus_per_worker={cfg.cluster.cpus_per_worker}, gpus_per_worker="
+            f"{cfg.cluster.gpus_per_worker}); it has {ray.cluster_resources()}."
+        )
+
+
+def _replace(
+    cfg: JobConfig, prep: Prepared, state: DriverState, slot: int, what: str, e: Exception
+) -> None:
+    state.restarts += 1
+    if state.restarts > cfg.cluster.max_worker_restarts:
+        raise WorkerFailedError(
+            f"{what} and the job already replaced {cfg.cluster.max_worker_restarts} workers "
+            f"(cluster.max_worker_restarts). Last cause: {e}. Rerun the same command to resume "
+            "from committed chunks."
+        ) from e
+    logger.warning("%s; replacing it", what)
+    _start(cfg, prep, state, slot)
+
+
 def _fill(state: DriverState) -> None:
     while state.pending and state.idle:
         task, slot = state.pending.popleft(), state.idle.popleft()
@@ -230,17 +283,7 @@ def _collect(
     try:
         return ray.get(ref)
     except RayActorError as e:
-        state.restarts += 1
-        if state.restarts > cfg.cluster.max_worker_restarts:
-            raise WorkerFailedError(
-                f"a worker died running {task} and the job already replaced "
-                f"{cfg.cluster.max_worker_restarts} workers (cluster.max_worker_restarts). "
-                f"Last cause: {e}. Rerun the same command to resume from committed chunks."
-            ) from e
-        logger.warning(
-            "worker %d died running %s; replacing it and rerunning the shard", slot, task
-        )
-        state.workers[slot] = _ray.start_worker(cfg, prep.checkpoints, prep.width)
+        _replace(cfg, prep, state, slot, f"worker {slot} died running {task}", e)
     except RayTaskError as e:
         if task.attempt >= cfg.featurize.max_task_retries:
             raise WorkerFailedError(
@@ -249,7 +292,7 @@ def _collect(
                 "rerun: committed chunks are kept."
             ) from e
         logger.warning("%s failed (%r); retrying", task, e.cause)
+        state.idle.append(slot)
     state.retries += 1
     state.pending.appendleft(task.retry())
-    state.idle.append(slot)
     return None
