@@ -1,0 +1,398 @@
+"""The CUDA projector: ``cuda_ext``'s Rademacher kernel, called through ctypes.
+
+``cuda_ext/build/libtrak_proj.so`` (built by ``make cuda``) exposes a plain C ABI and carries its
+own statically linked CUDA runtime, so it works next to any torch build and loads on machines
+without a GPU (its host-side hash checks then still run). Kernels are queued on torch's current
+stream of the gradients' device, so they order with the surrounding torch work without syncs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+from trak_dist.errors import ConfigError, CudaExtUnavailableError
+from trak_dist.projection._base import (
+    GradBlock,
+    GradInput,
+    ProjectionKind,
+    Projector,
+    as_blocks,
+    check_model_id,
+)
+from trak_dist.projection._generate import rademacher_block
+
+ENV_VAR = "TRAK_DIST_CUDA_LIB"
+ABI_VERSION = 1
+DEFAULT_LIB = Path(__file__).resolve().parents[2] / "cuda_ext" / "build" / "libtrak_proj.so"
+DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+MIN_CAPABILITY = (8, 0)
+
+_u64, _i64, _u32, _int, _ptr = (
+    ctypes.c_uint64,
+    ctypes.c_int64,
+    ctypes.c_uint32,
+    ctypes.c_int,
+    ctypes.c_void_p,
+)
+_SIGNATURES: dict[str, tuple[type | None, list[type]]] = {
+    "trak_proj_abi_version": (_int, []),
+    "trak_proj_build_info": (ctypes.c_char_p, []),
+    "trak_proj_last_error": (ctypes.c_char_p, []),
+    "trak_proj_workspace_bytes": (_i64, [_i64, _i64, _i64]),
+    "trak_proj_rademacher": (
+        _int,
+        [_ptr, _int, _i64, _i64, _i64, _u64, _ptr, _i64, _i64, _u64, _u32, _int, _ptr, _i64, _ptr],
+    ),
+    "trak_proj_rademacher_signs_host": (_int, [_u64, _u32, _u64, _i64, _u64, _i64, _ptr]),
+    "trak_proj_p_tile_host": (_int, [_u64, _u32, _u64, _u32, _int, _ptr]),
+    "trak_proj_split_f32_host": (_int, [_ptr, _i64, _int, _ptr]),
+}
+
+
+class CudaLibrary:
+    """Typed access to ``libtrak_proj.so``. Loading it needs no GPU.
+
+    Args:
+        path: the shared library.
+
+    Raises:
+        CudaExtUnavailableError: it cannot be loaded or was built for another ABI version.
+    """
+
+    def __init__(self, path: Path) -> None:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise CudaExtUnavailableError(
+                f"could not load the CUDA projection library {path}: {e}. Rebuild it with "
+                "`make cuda` (needs nvcc)."
+            ) from e
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError as e:
+                raise CudaExtUnavailableError(
+                    f"{path} lacks the symbol {name}: it is not a trak_proj library or a stale "
+                    "one. Rebuild it with `make cuda`."
+                ) from e
+            fn.restype = restype
+            fn.argtypes = argtypes
+        found = lib.trak_proj_abi_version()
+        if found != ABI_VERSION:
+            raise CudaExtUnavailableError(
+                f"{path} has ABI version {found}; this trak_dist needs {ABI_VERSION}. Rebuild it "
+                "with `make cuda`."
+            )
+        self.path = path
+        self._lib = lib
+
+    def build_info(self) -> str:
+        """What the library was built with (ABI, CUDA runtime, architectures)."""
+        return bytes(self._lib.trak_proj_build_info()).decode()
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            message = bytes(self._lib.trak_proj_last_error()).decode()
+            raise CudaExtUnavailableError(f"{what} failed (status {status}): {message}")
+
+    def workspace_bytes(self, batch: int, n: int, p: int) -> int:
+        """Workspace that runs every K-split of an ``n``-row block at once (0: none needed)."""
+        return int(self._lib.trak_proj_workspace_bytes(batch, n, p))
+
+    def rademacher(
+        self,
+        g: torch.Tensor,
+        row_offset: int,
+        out: torch.Tensor,
+        seed: int,
+        model_id: int,
+        f32_terms: int,
+        workspace: torch.Tensor | None,
+        stream: int,
+    ) -> None:
+        """Queue ``out[:, :p] += g · P[row_offset : row_offset + n, :p]`` on ``stream``.
+
+        Args:
+            g: ``[B, n]`` float32/float16/bfloat16 on the current CUDA device, ``stride(1) == 1``.
+            row_offset: global row of ``g``'s first column.
+            out: ``[B, p]`` float32 with ``stride(1) == 1``, accumulated into.
+            seed: projector seed.
+            model_id: checkpoint id.
+            f32_terms: bf16 terms an fp32 ``g`` is split into (2 or 3).
+            workspace: float32 scratch of at least ``B·p`` entries when the block needs one.
+            stream: the ``cudaStream_t`` handle.
+        """
+        batch, n = g.shape
+        ld_g = g.stride(0) if batch > 1 else n
+        ws_ptr = workspace.data_ptr() if workspace is not None else None
+        ws_bytes = workspace.numel() * 4 if workspace is not None else 0
+        status = self._lib.trak_proj_rademacher(
+            g.data_ptr(),
+            DTYPE_CODES[g.dtype],
+            batch,
+            n,
+            ld_g,
+            row_offset,
+            out.data_ptr(),
+            out.shape[1],
+            out.stride(0),
+            seed,
+            model_id,
+            f32_terms,
+            ws_ptr,
+            ws_bytes,
+            stream,
+        )
+        self._check(status, "trak_proj_rademacher")
+
+    def signs_host(
+        self, seed: int, model_id: int, row0: int, nrows: int, col0: int, ncols: int
+    ) -> torch.Tensor:
+        """``P[row0 : row0 + nrows, col0 : col0 + ncols]`` as int8 ±1, from the compiled hash."""
+        out = torch.empty(nrows, ncols, dtype=torch.int8)
+        status = self._lib.trak_proj_rademacher_signs_host(
+            seed, model_id, row0, nrows, col0, ncols, out.data_ptr()
+        )
+        self._check(status, "trak_proj_rademacher_signs_host")
+        return out
+
+    def p_tile_host(
+        self, seed: int, model_id: int, row0: int, col_block: int, half: bool
+    ) -> torch.Tensor:
+        """The kernel's shared-memory P tile ``[32, 128]`` as raw fp16 / bf16 bits (int16)."""
+        out = torch.empty(32, 128, dtype=torch.int16)
+        status = self._lib.trak_proj_p_tile_host(
+            seed, model_id, row0, col_block, int(half), out.data_ptr()
+        )
+        self._check(status, "trak_proj_p_tile_host")
+        return out
+
+    def split_f32_host(self, x: torch.Tensor, terms: int) -> torch.Tensor:
+        """The kernel's split of fp32 ``x`` into ``[terms, numel]`` bf16 bit patterns (int16)."""
+        flat = x.detach().to(torch.float32).contiguous().reshape(-1)
+        out = torch.empty(terms, flat.numel(), dtype=torch.int16)
+        status = self._lib.trak_proj_split_f32_host(
+            flat.data_ptr(), flat.numel(), terms, out.data_ptr()
+        )
+        self._check(status, "trak_proj_split_f32_host")
+        return out
+
+
+_LOCK = threading.Lock()
+_LIBRARIES: dict[Path, CudaLibrary] = {}
+_CHECKED: set[tuple[Path, int, int]] = set()
+
+
+def library_path() -> Path:
+    """Where the library is looked for: ``$TRAK_DIST_CUDA_LIB`` if set, else the build dir."""
+    env = os.environ.get(ENV_VAR)
+    return Path(env) if env else DEFAULT_LIB
+
+
+def load_library() -> CudaLibrary:
+    """Load (once per path) the library named by :func:`library_path`.
+
+    An explicit ``$TRAK_DIST_CUDA_LIB`` is never silently replaced by the default build.
+
+    Raises:
+        CudaExtUnavailableError: the file is missing, fails to load, or has another ABI.
+    """
+    path = library_path()
+    with _LOCK:
+        if path not in _LIBRARIES:
+            if not path.is_file():
+                searched = (
+                    f"${ENV_VAR}={path}"
+                    if os.environ.get(ENV_VAR)
+                    else f"{path} (${ENV_VAR} is unset)"
+                )
+                raise CudaExtUnavailableError(
+                    f"libtrak_proj.so not found; searched {searched}. Build it with `make cuda` "
+                    f"(needs nvcc) or point ${ENV_VAR} at a built copy."
+                )
+            _LIBRARIES[path] = CudaLibrary(path)
+        return _LIBRARIES[path]
+
+
+def cuda_device(device: torch.device | str) -> torch.device:
+    """The CUDA device the kernel would run on, with its index resolved.
+
+    Raises:
+        CudaExtUnavailableError: torch has no CUDA, no GPU is visible, or the GPU is too old.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise CudaExtUnavailableError(
+            f"device={device} is not a CUDA device; the CUDA projector runs on GPUs only."
+        )
+    if torch.version.cuda is None:
+        raise CudaExtUnavailableError(
+            f"torch {torch.__version__} is a CPU-only build; install a CUDA build of torch to "
+            "use the CUDA projection kernel."
+        )
+    if not torch.cuda.is_available():
+        raise CudaExtUnavailableError(
+            "torch sees no CUDA GPU (torch.cuda.is_available() is False); check the NVIDIA "
+            "driver and CUDA_VISIBLE_DEVICES."
+        )
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise CudaExtUnavailableError(
+            f"device={device}, but only {torch.cuda.device_count()} CUDA devices are visible."
+        )
+    capability = torch.cuda.get_device_capability(index)
+    if capability < MIN_CAPABILITY:
+        raise CudaExtUnavailableError(
+            f"{torch.cuda.get_device_name(index)} has compute capability {capability}; the "
+            f"kernel needs {MIN_CAPABILITY} or newer (bf16 tensor cores)."
+        )
+    return torch.device("cuda", index)
+
+
+class CudaProjector(Projector):
+    """Rademacher projection by the ``cuda_ext`` kernel, bit for bit the reference matrix.
+
+    P is generated on the fly (never stored); each gradient block is one kernel call at its
+    global row offset, accumulating into one output, so per-parameter gradients are never
+    concatenated.
+
+    Args:
+        grad_dim: d, the number of gradient entries.
+        proj_dim: p.
+        seed: projector seed.
+        device: the GPU used when gradients arrive on the CPU.
+        f32_terms: bf16 terms an fp32 gradient is split into for the tensor cores: 2 (relative
+            representation error ≤ 2⁻¹⁶ per entry) or 3 (≤ 2⁻²⁴, fp32's own rounding; slower).
+        workspace_bytes: cap on the split-K scratch; larger runs more splits per launch, the
+            result is the same bit for bit.
+        self_check: compare a small projection with the CPU reference once per GPU.
+
+    Raises:
+        CudaExtUnavailableError: no usable GPU or library (the message says why and what to do).
+    """
+
+    kind = ProjectionKind.RADEMACHER
+
+    def __init__(
+        self,
+        grad_dim: int,
+        proj_dim: int,
+        seed: int = 0,
+        device: torch.device | str = "cuda",
+        *,
+        f32_terms: int = 2,
+        workspace_bytes: int = 128 * 2**20,
+        self_check: bool = True,
+    ) -> None:
+        super().__init__(grad_dim, proj_dim, seed)
+        if f32_terms not in (2, 3):
+            raise ConfigError(f"f32_terms={f32_terms}; expected 2 or 3.")
+        if proj_dim > 2**32:
+            raise ConfigError(f"proj_dim={proj_dim} exceeds the hash's 2**32 columns.")
+        self.device = cuda_device(device)
+        self.f32_terms = f32_terms
+        self.workspace_bytes = int(workspace_bytes)
+        self._lib = load_library()
+        if self_check:
+            _self_check(self._lib, self.device, f32_terms)
+
+    def project(self, grads: GradInput, model_id: int) -> torch.Tensor:
+        model_id = check_model_id(model_id)
+        blocks = as_blocks(grads)
+        self._check_blocks(blocks)
+        source = blocks[0].grad.device
+        batch = blocks[0].grad.shape[0]
+        for b in blocks:
+            if b.grad.shape[0] != batch or b.grad.device != source:
+                raise ConfigError(
+                    f"gradient blocks disagree: batch {b.grad.shape[0]} on {b.grad.device} vs "
+                    f"batch {batch} on {source}. Pass blocks of one batch on one device."
+                )
+        device = source if source.type == "cuda" else self.device
+        out = torch.zeros(batch, self.proj_dim, dtype=torch.float32, device=device)
+        if batch > 0:
+            with torch.cuda.device(device):
+                self._run(blocks, out, model_id)
+        return out if device == source else out.to(source)
+
+    def _run(self, blocks: list[GradBlock], out: torch.Tensor, model_id: int) -> None:
+        batch, p = out.shape
+        per_split = batch * p * 4
+        needed = max(self._lib.workspace_bytes(batch, b.grad.shape[1], p) for b in blocks)
+        workspace = None
+        if needed:
+            size = min(needed, max(per_split, self.workspace_bytes))
+            workspace = torch.empty(-(-size // 4), dtype=torch.float32, device=out.device)
+        stream = torch.cuda.current_stream(out.device).cuda_stream
+        for offset, g in blocks:
+            if g.shape[1] == 0:
+                continue
+            self._lib.rademacher(
+                _kernel_input(g, out.device),
+                offset,
+                out,
+                self.seed,
+                model_id,
+                self.f32_terms,
+                workspace,
+                stream,
+            )
+
+
+def _kernel_input(g: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``g`` on ``device`` in a dtype the kernel reads, copied only when it must be."""
+    g = g.detach()
+    if g.dtype not in DTYPE_CODES:
+        if not g.is_floating_point():
+            raise ConfigError(f"gradients have dtype {g.dtype}; expected a floating dtype.")
+        g = g.to(torch.float32)
+    g = g.to(device)
+    if g.shape[1] > 1 and g.stride(1) != 1:
+        g = g.contiguous()
+    return g
+
+
+def _self_check(lib: CudaLibrary, device: torch.device, f32_terms: int) -> None:
+    """Project a small fp32 batch (two blocks, one beyond row 2³²) and compare with fp64.
+
+    Catches a library that cannot run here (no kernel image for this GPU, a driver older than
+    the toolkit) or computes wrong numbers, so ``make_projector`` falls back instead.
+    """
+    key = (lib.path, device.index or 0, f32_terms)
+    if key in _CHECKED:
+        return
+    gen = torch.Generator().manual_seed(1234)
+    grads = torch.randn(5, 370, generator=gen, dtype=torch.float64)
+    offsets = ((0, 300), (2**32 + 5, 70))
+    seed, model_id, p = 2**33 + 17, 3, 130
+    ref = sum(
+        grads[:, lo : lo + n] @ rademacher_block(seed, model_id, off, off + n, 0, p, torch.float64)
+        for (off, n), lo in zip(offsets, (0, 300), strict=True)
+    )
+    try:
+        with torch.cuda.device(device):
+            out = torch.zeros(5, p, dtype=torch.float32, device=device)
+            stream = torch.cuda.current_stream(device).cuda_stream
+            g = grads.to(device=device, dtype=torch.float32)
+            for (off, n), lo in zip(offsets, (0, 300), strict=True):
+                lib.rademacher(g[:, lo : lo + n], off, out, seed, model_id, f32_terms, None, stream)
+            got = out.double().cpu()
+    except RuntimeError as e:  # a CUDA error surfacing at the copy
+        raise CudaExtUnavailableError(f"the CUDA projection kernel failed on {device}: {e}") from e
+    # fp32 inputs round to fp32 (2^-24) and split into bf16 terms (2^-16 with two); the
+    # tolerance is 2^-12 of each row's L1 norm, far below one wrong sign (2·|g_k|).
+    tol = 2.0**-12 * grads.abs().sum(dim=1, keepdim=True)
+    err = (got - ref).abs()
+    if not bool((err <= tol).all()):
+        raise CudaExtUnavailableError(
+            f"the CUDA projection kernel disagrees with the CPU reference on "
+            f"{torch.cuda.get_device_name(device)} (max error {err.max().item():.3g}, tolerance "
+            f"{tol.min().item():.3g}); library {lib.path} ({lib.build_info()}). Please report "
+            "this; the torch projector gives the correct result meanwhile."
+        )
+    _CHECKED.add(key)
