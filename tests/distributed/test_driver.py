@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import clusters
+import numpy as np
 import psutil
 import pytest
 from pipeline import P, job_scores, small_job, traker_scores
