@@ -47,14 +47,21 @@ def ray_head(dashboard: bool = False, cpus: int = 2) -> Iterator[dict[str, str]]
     port, dash = free_port(), free_port()
     ray_bin = str(Path(sys.executable).with_name("ray"))
     cmd = [
-        ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-        f"--num-cpus={cpus}", "--object-store-memory=268435456",
+        ray_bin,
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={cpus}",
+        "--object-store-memory=268435456",
         f"--include-dashboard={'true' if dashboard else 'false'}",
     ]
     if dashboard:
         cmd += ["--dashboard-host=127.0.0.1", f"--dashboard-port={dash}"]
-    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
-                            start_new_session=True)
+    head = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), start_new_session=True
+    )
     try:
         _wait_port(port, 60)
         if dashboard:

@@ -30,7 +30,12 @@ def ray_session():
     """One in-process Ray cluster for every test that needs one (starting one costs ~5 s)."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
-             logging_level="ERROR")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=256 * 2**20,
+        logging_level="ERROR",
+    )
     yield ray
     ray.shutdown()

@@ -22,14 +22,20 @@ from trak_dist.store import FeatureStore, variant_name
 P, LAMBDA, CHUNK = 64, 1e-2, 64
 
 
-def small_job(store: Path, checkpoints: list[Path], workers: int = 2,
-              shard_rows: int | None = 256, **featurize) -> JobConfig:
+def small_job(
+    store: Path,
+    checkpoints: list[Path],
+    workers: int = 2,
+    shard_rows: int | None = 256,
+    **featurize,
+) -> JobConfig:
     return JobConfig(
         proj_dim=P,
         lambda_reg=LAMBDA,
         model=ModelConfig(checkpoints=[str(c) for c in checkpoints]),
-        featurize=FeaturizeConfig(micro_batch=32, shard_rows=shard_rows, half_precision=False,
-                                  **featurize),
+        featurize=FeaturizeConfig(
+            micro_batch=32, shard_rows=shard_rows, half_precision=False, **featurize
+        ),
         store=StoreConfig(path=str(store), chunk_rows=CHUNK),
         cluster=ClusterConfig(num_workers=workers),
         progress=False,
@@ -47,10 +53,18 @@ def job_scores(cfg: JobConfig) -> np.ndarray:
 def traker_scores(save_dir: Path, checkpoints: list[Path]) -> np.ndarray:
     """The same job through the single-process TRAKer API."""
     train, targets = digits.train_set(), digits.target_set()
-    t = TRAKer(model=digits.make_model(), task="image_classification",
-               train_set_size=len(train), save_dir=save_dir, device="cpu", proj_dim=P,
-               lambda_reg=LAMBDA, use_half_precision=False, chunk_rows=CHUNK,
-               logging_level=logging.ERROR)
+    t = TRAKer(
+        model=digits.make_model(),
+        task="image_classification",
+        train_set_size=len(train),
+        save_dir=save_dir,
+        device="cpu",
+        proj_dim=P,
+        lambda_reg=LAMBDA,
+        use_half_precision=False,
+        chunk_rows=CHUNK,
+        logging_level=logging.ERROR,
+    )
     states = [torch.load(c, weights_only=True) for c in checkpoints]
     for i, st in enumerate(states):
         t.load_checkpoint(st, model_id=i)

@@ -30,8 +30,9 @@ def close(a, b, rel=1e-5):
 
 
 @pytest.mark.parametrize(("workers", "shard_rows"), [(1, 1024), (2, 64), (2, None)])
-def test_scores_do_not_depend_on_the_split(ray_session, tmp_path, digits_checkpoints, reference,
-                                           workers, shard_rows):
+def test_scores_do_not_depend_on_the_split(
+    ray_session, tmp_path, digits_checkpoints, reference, workers, shard_rows
+):
     """1 or 2 workers, shards of 64 or 1024 rows or automatic: the single-process TRAKer's
     scores at rtol 1e-5 (float32 rounding of the score matmuls; X is bitwise the same)."""
     cfg = small_job(tmp_path / "s.zarr", digits_checkpoints, workers, shard_rows)
@@ -40,8 +41,7 @@ def test_scores_do_not_depend_on_the_split(ray_session, tmp_path, digits_checkpo
     close(job_scores(cfg), reference)
 
 
-def test_worker_killed_mid_shard_is_replaced(ray_session, tmp_path, digits_checkpoints,
-                                             reference):
+def test_worker_killed_mid_shard_is_replaced(ray_session, tmp_path, digits_checkpoints, reference):
     killed = []
 
     def kill_once(result):
@@ -71,13 +71,20 @@ print("FINISHED", flush=True)
 """
 
 
-def test_killed_driver_resumes_from_committed_chunks(ray_session, tmp_path, digits_checkpoints,
-                                                     reference):
+def test_killed_driver_resumes_from_committed_chunks(
+    ray_session, tmp_path, digits_checkpoints, reference
+):
     store = tmp_path / "s.zarr"
-    script = DRIVER.format(tests=str(ROOT / "tests"), store=str(store),
-                           ckpts=[str(c) for c in digits_checkpoints])
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    script = DRIVER.format(
+        tests=str(ROOT / "tests"), store=str(store), ckpts=[str(c) for c in digits_checkpoints]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         done = 0
         for line in proc.stdout:  # type: ignore[union-attr]
@@ -114,14 +121,23 @@ def test_pipeline_on_a_real_ray_start_head(tmp_path, digits_checkpoints, referen
         store = tmp_path / "s.zarr"
         ckpts = ",".join(str(c) for c in digits_checkpoints)
         cmd = [
-            str(Path(sys.executable).with_name("trak-dist")), "cluster=ray",
-            f"cluster.address={head['address']}", f"store.path={store}", f"proj_dim={P}",
-            "lambda_reg=0.01", f"model.checkpoints=[{ckpts}]", "featurize.half_precision=false",
-            "store.chunk_rows=64", "featurize.micro_batch=32", "featurize.shard_rows=256",
-            "progress=false", f"hydra.run.dir={tmp_path / 'out'}",
+            str(Path(sys.executable).with_name("trak-dist")),
+            "cluster=ray",
+            f"cluster.address={head['address']}",
+            f"store.path={store}",
+            f"proj_dim={P}",
+            "lambda_reg=0.01",
+            f"model.checkpoints=[{ckpts}]",
+            "featurize.half_precision=false",
+            "store.chunk_rows=64",
+            "featurize.micro_batch=32",
+            "featurize.shard_rows=256",
+            "progress=false",
+            f"hydra.run.dir={tmp_path / 'out'}",
         ]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=clusters.env(),
-                             timeout=300, cwd=tmp_path)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, env=clusters.env(), timeout=300, cwd=tmp_path
+        )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Top-k proponents sharing" in out.stdout
     assert (tmp_path / "out" / "trak_report.md").is_file()

@@ -20,10 +20,19 @@ def run_in_process(cfg):
         if xtx is not None:
             reducer.add(task.model_id, task.start, task.end, xtx)
     for mid in range(len(prep.checkpoints)):
-        reducer.finish_checkpoint(mid, [prep.proj_dim])
+        reducer.finish_checkpoint(mid)
+    reducer.factorize(list(range(len(prep.checkpoints))), [prep.proj_dim])
     s = cfg.scoring
-    reducer.score(s.exp_name, list(range(len(prep.checkpoints))), prep.proj_dim, cfg.lambda_reg,
-                  s.kinv_scaling, s.topk, s.train_block, s.target_block)
+    reducer.score(
+        s.exp_name,
+        list(range(len(prep.checkpoints))),
+        prep.proj_dim,
+        cfg.lambda_reg,
+        s.kinv_scaling,
+        s.topk,
+        s.train_block,
+        s.target_block,
+    )
     return prep, results
 
 
@@ -31,12 +40,14 @@ def test_plain_classes_equal_the_traker_api(tmp_path, digits_checkpoints):
     cfg = small_job(tmp_path / "a.zarr", digits_checkpoints)
     run_in_process(cfg)
     reference = traker_scores(tmp_path / "ref.zarr", digits_checkpoints)
-    np.testing.assert_allclose(job_scores(cfg), reference, rtol=1e-4,
-                               atol=1e-5 * np.abs(reference).max())
+    np.testing.assert_allclose(
+        job_scores(cfg), reference, rtol=1e-4, atol=1e-5 * np.abs(reference).max()
+    )
 
 
-def test_partial_gram_matches_the_store_and_committed_chunks_are_reused(tmp_path,
-                                                                        digits_checkpoints):
+def test_partial_gram_matches_the_store_and_committed_chunks_are_reused(
+    tmp_path, digits_checkpoints
+):
     cfg = small_job(tmp_path / "b.zarr", digits_checkpoints)
     prep = prepare(cfg)
     worker = Worker(cfg, prep.checkpoints, prep.width)

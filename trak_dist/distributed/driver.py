@@ -9,14 +9,17 @@ failure, so rerunning a killed job resumes where it stopped.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import ray
+from filelock import FileLock, Timeout
 from ray.exceptions import RayActorError, RayTaskError
 from tqdm.auto import tqdm
 
@@ -65,6 +68,28 @@ class DriverState:
     retries: int = 0
 
 
+def store_lock(path: str) -> contextlib.AbstractContextManager[object]:
+    """An inter-process lock next to a local store (``<store>.lock``); none for URLs."""
+    if "://" in str(path):
+        logger.warning("no lock for the remote store %s: run one featurising job at a time", path)
+        return contextlib.nullcontext()
+    lock = FileLock(f"{Path(path).resolve()}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.warning("waiting for another trak-dist job that is featurising %s", path)
+        lock.acquire()
+    return _Held(lock)
+
+
+class _Held(contextlib.AbstractContextManager[object]):
+    def __init__(self, lock: FileLock) -> None:
+        self.lock = lock
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 class _Session:
     """Ray and reducers kept alive across run_job calls of one process (``keep_alive``): the
     jobs of a sweep then pay for neither a Ray start nor a reducer start after the first."""
@@ -107,25 +132,34 @@ def run_job(
     """
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    prep = prepare(cfg)
-    variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
-    started = _ray.connect(cfg.cluster)
-    phases["setup"] = time.perf_counter() - t0
-    state = DriverState(deque(prep.train_tasks + prep.target_tasks))
-    for t in prep.train_tasks:
-        state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
-    reducer = _Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
+    started = False
+    state = DriverState(deque())
+    reducer = None
     try:
-        t1 = time.perf_counter()
-        proj_dims = sorted({p for p, _ in variants})
-        _featurize(cfg, prep, state, reducer, proj_dims, on_shard)
-        phases["featurize"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        finished = ray.get(state.finish_refs)
-        phases["reduce"] = time.perf_counter() - t2
+        # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
+        # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
+        # shared factor arrays under each other's readers. Scoring writes per-variant arrays
+        # and runs unlocked, in parallel.
+        with store_lock(cfg.store.path):
+            prep = prepare(cfg)
+            variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
+            started = _ray.connect(cfg.cluster)
+            phases["setup"] = time.perf_counter() - t0
+            state.pending.extend(prep.train_tasks + prep.target_tasks)
+            for t in prep.train_tasks:
+                state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
+            reducer = _Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
+            t1 = time.perf_counter()
+            proj_dims = sorted({p for p, _ in variants})
+            _featurize(cfg, prep, state, reducer, on_shard)
+            phases["featurize"] = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            ray.get(state.finish_refs)
+            ids = list(range(len(prep.checkpoints)))
+            conditioning = ray.get(reducer.factorize.remote(ids, proj_dims))
+            phases["reduce"] = time.perf_counter() - t2
         t3 = time.perf_counter()
         scores = []
-        ids = list(range(len(prep.checkpoints)))
         s = cfg.scoring
         for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
             scores.append(
@@ -144,7 +178,7 @@ def run_job(
             )
         phases["score"] = time.perf_counter() - t3
     finally:
-        _ray.stop(state.workers if keep_alive else [*state.workers, reducer])
+        _ray.stop(state.workers if keep_alive or reducer is None else [*state.workers, reducer])
         if started and not keep_alive:
             ray.shutdown()
     phases["total"] = time.perf_counter() - t0
@@ -161,7 +195,7 @@ def run_job(
         rows_reused=state.rows_reused,
         worker_restarts=state.restarts,
         task_retries=state.retries,
-        conditioning={f["model_id"]: f["condition"] for f in finished},
+        conditioning=conditioning,
     )
 
 
@@ -170,7 +204,6 @@ def _featurize(
     prep: Prepared,
     state: DriverState,
     reducer: Any,
-    proj_dims: list[int],
     on_shard: Callable[[ShardResult], None] | None,
 ) -> None:
     if not state.pending:
@@ -212,9 +245,7 @@ def _featurize(
                     reducer.add.remote(task.model_id, task.start, task.end, xtx_ref)
                     state.train_left[task.model_id] -= 1
                     if state.train_left[task.model_id] == 0:
-                        state.finish_refs.append(
-                            reducer.finish_checkpoint.remote(task.model_id, proj_dims)
-                        )
+                        state.finish_refs.append(reducer.finish_checkpoint.remote(task.model_id))
                 _fill(state)  # keep workers busy before anything slower
                 if on_shard is not None:
                     on_shard(result)

@@ -40,8 +40,8 @@ class Reducer:
         else:
             self._sums[model_id] = xtx.copy()
 
-    def finish_checkpoint(self, model_id: int, proj_dims: list[int]) -> dict[str, Any]:
-        """Write XᵀX once every row is covered, and factorise it for each proj_dim."""
+    def finish_checkpoint(self, model_id: int) -> float:
+        """Write XᵀX once every row is covered; returns the seconds it took."""
         t0 = time.perf_counter()
         n = self.store.spec.train_size
         spans = sorted(self._covered.get(model_id, []))
@@ -52,12 +52,18 @@ class Reducer:
                 "every shard must be reduced once before finishing a checkpoint."
             )
         self.store.write_xtx(model_id, self._sums.pop(model_id))
-        conds = {}
-        for p in sorted(set(proj_dims)):
-            factor = ensure_factor(self.store, model_id, p, self.device)
-            top = float(factor.eigenvalues.max())
-            conds[p] = top / max(float(factor.eigenvalues.min()), np.finfo(float).tiny)
-        return {"model_id": model_id, "seconds": time.perf_counter() - t0, "condition": conds}
+        return time.perf_counter() - t0
+
+    def factorize(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
+        """Eigendecompose XᵀX[:p, :p] of each checkpoint for each p (once: cached in the store);
+        returns the condition number of XᵀX per checkpoint and p."""
+        conds: dict[int, dict[int, float]] = {}
+        for model_id in model_ids:
+            for p in sorted(set(proj_dims)):
+                e = ensure_factor(self.store, model_id, p, self.device).eigenvalues
+                low = max(float(e.min()), np.finfo(float).tiny)
+                conds.setdefault(model_id, {})[p] = float(e.max()) / low
+        return conds
 
     def score(
         self,
