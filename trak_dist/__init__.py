@@ -1,5 +1,7 @@
 """trak_dist: TRAK training-data attribution on many workers, one chunked Zarr store."""
 
+from trak_dist.api import Attribution, run
+from trak_dist.config import JobConfig
 from trak_dist.errors import (
     ConfigError,
     CudaExtUnavailableError,
@@ -15,12 +17,14 @@ from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification
 from trak_dist.traker import TRAKer
 
 __all__ = [
+    "Attribution",
     "ConfigError",
     "CudaExtUnavailableError",
     "FeatureSpec",
     "FeatureStore",
     "IllConditionedError",
     "ImageClassification",
+    "JobConfig",
     "ModelOutput",
     "ProjectionKind",
     "StoreMismatchError",
@@ -30,5 +34,6 @@ __all__ = [
     "TrakDistError",
     "WorkerFailedError",
     "make_projector",
+    "run",
 ]
 __version__ = "0.1.0"

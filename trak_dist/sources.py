@@ -55,7 +55,8 @@ def checkpoint_paths(ref: Any) -> list[Path]:
         paths = ref
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    out = [Path(p) for p in paths]
+    # absolute: workers may run in another working directory (or on another node)
+    out = [Path(p).resolve() for p in paths]
     if not out:
         raise ConfigError("model.checkpoints is empty; give at least one state-dict file.")
     missing = [str(p) for p in out if not p.is_file()]

@@ -1,5 +1,6 @@
 """The Ray driver on real Ray: split-invariance, worker and driver kills, a real `ray start`."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from pipeline import P, job_scores, small_job, traker_scores
 
 from trak_dist.distributed import run_job
+from trak_dist.errors import WorkerFailedError
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +67,7 @@ sys.path.insert(0, {tests!r})
 from pathlib import Path
 from pipeline import small_job
 from trak_dist.distributed import run_job
+from trak_dist.errors import WorkerFailedError
 cfg = small_job(Path({store!r}), [Path(p) for p in {ckpts!r}], workers=2, shard_rows=128)
 run_job(cfg, on_shard=lambda r: print("SHARD", r.task.kind, flush=True))
 print("FINISHED", flush=True)
@@ -142,3 +145,25 @@ def test_pipeline_on_a_real_ray_start_head(tmp_path, digits_checkpoints, referen
     assert "Top-k proponents sharing" in out.stdout
     assert (tmp_path / "out" / "trak_report.md").is_file()
     close(job_scores(small_job(store, digits_checkpoints)), reference)
+
+
+def test_a_worker_that_cannot_start_fails_fast_with_its_cause(
+    ray_session, tmp_path, digits_checkpoints
+):
+    from trak_dist.examples import digits
+
+    driver = os.getpid()
+
+    def model_only_on_the_driver():
+        if os.getpid() != driver:
+            raise RuntimeError("no GPU driver on this worker")
+        return digits.make_model()
+
+    cfg = small_job(tmp_path / "s.zarr", digits_checkpoints)
+    cfg = dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, factory=model_only_on_the_driver)
+    )
+    t0 = time.perf_counter()
+    with pytest.raises(WorkerFailedError, match="no GPU driver on this worker"):
+        run_job(cfg)
+    assert time.perf_counter() - t0 < 60  # no pointless restarts

@@ -16,8 +16,9 @@ with FileLock(sys.argv[1]):
 
 def test_a_second_job_waits_for_the_featurising_one(tmp_path, caplog):
     store = tmp_path / "s.zarr"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, f"{store.resolve()}.lock"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, f"{store.resolve()}.lock"], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     t0 = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="trak_dist"), store_lock(str(store)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -66,6 +67,14 @@ class DriverState:
     rows_reused: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
     restarts: int = 0
     retries: int = 0
+
+
+def _absolute_store(cfg: JobConfig) -> JobConfig:
+    """Workers run in their own working directory (or on another node): ship absolute paths."""
+    if "://" in cfg.store.path:
+        return cfg
+    store = dataclasses.replace(cfg.store, path=str(Path(cfg.store.path).resolve()))
+    return dataclasses.replace(cfg, store=store)
 
 
 def store_lock(path: str) -> contextlib.AbstractContextManager[object]:
@@ -132,6 +141,7 @@ def run_job(
     """
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
+    cfg = _absolute_store(cfg)
     started = False
     state = DriverState(deque())
     reducer = None
@@ -268,6 +278,10 @@ def _started(cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any) -> No
     try:
         ray.get(ref)
     except RayActorError as e:
+        if e.actor_init_failed:
+            # the constructor raised (bad config, unreadable store, import error): every
+            # replacement would fail the same way
+            raise WorkerFailedError(f"a worker failed to start: {e}") from e
         _replace(cfg, prep, state, slot, f"worker {slot} failed to start", e)
         return
     state.last_progress = time.perf_counter()

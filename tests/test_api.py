@@ -1,0 +1,39 @@
+"""The Python entry point: its docstring example and the README's run as written."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import trak_dist.api
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _docstring_example() -> str:
+    doc = trak_dist.api.__doc__ or ""
+    body = doc.split("::", 1)[1]
+    lines = [line[4:] for line in body.splitlines() if line.startswith("    ") or not line]
+    return "\n".join(lines).strip()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_docstring_example_runs(ray_session, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAK_DIST_CACHE", str(tmp_path / "cache"))
+    scope: dict = {}
+    exec(compile(_docstring_example(), "trak_dist.api docstring", "exec"), scope)
+    scores, best = scope["scores"], scope["best"]
+    assert scores.shape == (1500, 297) and np.isfinite(scores).all()
+    np.testing.assert_array_equal(best[:, 0], scores.argmax(0))
+    assert (tmp_path / "my_store.zarr").is_dir()
+
+
+def test_readme_own_model_example_is_the_docstring_one():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert any(_docstring_example() in block for block in blocks), (
+        "README's Python example must be trak_dist.api's docstring example (which a test runs)"
+    )

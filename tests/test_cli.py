@@ -1,0 +1,89 @@
+"""The `trak-dist` Hydra app, run as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trak_dist.cli import sweep_width
+
+CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
+
+
+def trak_dist(args, cwd, timeout=300):
+    env = {
+        **os.environ,
+        "TRAK_DIST_CACHE": str(Path(cwd) / "cache"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
+
+
+def test_help_lists_the_config_groups(tmp_path):
+    out = trak_dist(["--help"], tmp_path)
+    assert out.returncode == 0
+    for line in (
+        "cluster: local, ray, slurm",
+        "projection: identity, normal, rademacher",
+        "task: image_classification, text_classification",
+        "data: custom, digits",
+    ):
+        assert line in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("proj_dim=0", "JobConfig.proj_dim=0; expected a positive integer"),
+        ("store.codec=lz9", "StoreConfig.codec='lz9'; expected one of"),
+        ("featurize.shard_rows=100", "featurize.shard_rows=100 is not a multiple of store.chunk"),
+        ("model.factory=nowhere:make", "model.factory='nowhere:make' could not be imported"),
+    ],
+)
+def test_bad_values_get_one_clear_line_and_exit_2(tmp_path, override, message):
+    out = trak_dist([override, "progress=false"], tmp_path)
+    assert out.returncode == 2
+    assert f"trak-dist: error: {message}" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_sweeps_featurise_at_the_largest_proj_dim():
+    argv = ["trak-dist", "-m", "proj_dim=512,2048,1024", "lambda_reg=0,1"]
+    assert sweep_width(argv) == [*argv, "projection.featurize_dim=2048"]
+    assert sweep_width(["trak-dist", "proj_dim=512"]) == ["trak-dist", "proj_dim=512"]
+    given = ["trak-dist", "-m", "proj_dim=8,16", "projection.featurize_dim=64"]
+    assert sweep_width(given) == given
+    ranged = ["trak-dist", "--multirun", "proj_dim=range(32,129,32)"]
+    assert sweep_width(ranged)[-1] == "projection.featurize_dim=128"
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
+    first = trak_dist(["hydra.run.dir=run1", "progress=false"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Top-k proponents sharing their target's label" in first.stdout
+    report = json.loads((tmp_path / "run1" / "trak_report.json").read_text())
+    assert report["rows_computed"] == {"train": 3 * 1500, "target": 3 * 297}
+    assert (tmp_path / "trak_store.zarr").is_dir()
+    # score a new target set (the train set itself) against the existing store
+    second = trak_dist(
+        [
+            "hydra.run.dir=run2",
+            "progress=false",
+            "scoring.exp_name=train_as_targets",
+            "data.targets=trak_dist.examples.digits:train_set",
+        ],
+        tmp_path,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    report = json.loads((tmp_path / "run2" / "trak_report.json").read_text())
+    assert report["rows_computed"] == {"train": 0, "target": 3 * 1500}
+    # a digit's own image is its strongest proponent far more often than chance
+    variant = report["variants"][0]
+    assert variant["proponent_label_agreement"] > 0.2

@@ -1,0 +1,135 @@
+"""``trak_dist.run``: the pipeline for your own model, from Python.
+
+Example (runs the bundled digits example; swap in your own factory, files and datasets)::
+
+    import trak_dist
+    from trak_dist.examples import digits
+
+    result = trak_dist.run(
+        model=digits.make_model,              # () -> nn.Module, called on every worker
+        checkpoints=digits.checkpoints(),     # state-dict files, one per model_id
+        train=digits.train_set,               # () -> map-style dataset of tuples of tensors
+        targets=digits.target_set,
+        task="image_classification",
+        store="my_store.zarr",
+        proj_dim=512,
+        lambda_reg=1e-2,
+    )
+    scores = result.scores()                  # [n_train, n_targets]
+    best = result.topk()["proponents_idx"]    # [n_targets, k]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trak_dist.config import (
+    ClusterConfig,
+    DataConfig,
+    FeaturizeConfig,
+    JobConfig,
+    ModelConfig,
+    ProjectionConfig,
+    ScoringConfig,
+    StoreConfig,
+    TaskConfig,
+)
+from trak_dist.errors import StoreStateError
+from trak_dist.store import FeatureStore, variant_name
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Where a run's scores are, with readers for them."""
+
+    store: str
+    exp: str
+    variant: str
+    job: Any  # the driver's JobResult (timings, reuse counts)
+
+    def _scores(self) -> Any:
+        sset = FeatureStore.open(self.store, mode="r").score_set(self.exp, self.variant)
+        if sset is None:
+            raise StoreStateError(f"no scores {self.exp}/{self.variant} in {self.store}.")
+        return sset
+
+    def scores(self) -> np.ndarray:
+        """``[n_train, n_targets]`` float32 (read whole: for huge n × m read ``.S`` of the
+        store's score set in blocks instead)."""
+        return self._scores().scores()
+
+    def topk(self) -> dict[str, np.ndarray]:
+        """``proponents_idx/val`` and ``opponents_idx/val``, each ``[n_targets, k]``."""
+        return self._scores().read_topk()
+
+
+def run(
+    model: Callable[..., Any] | str,
+    checkpoints: Sequence[str | Path] | Callable[[], Sequence[str | Path]] | str,
+    train: Any,
+    targets: Any,
+    *,
+    task: Any = "image_classification",
+    store: str | Path = "trak_store.zarr",
+    proj_dim: int = 512,
+    lambda_reg: float = 0.0,
+    exp_name: str = "targets",
+    num_workers: int | None = 2,
+    address: str | None = None,
+    grad_wrt: Sequence[str] | None = None,
+    **sections: Any,
+) -> Attribution:
+    """Featurise (what the store lacks), reduce and score on Ray; returns where the scores are.
+
+    Args:
+        model: factory of the ``nn.Module`` (or ``"pkg.module:function"``).
+        checkpoints: state-dict files (or a callable returning them); model_id = position.
+        train, targets: datasets, or callables returning them (preferred: each worker builds
+            its own copy instead of receiving a pickled one).
+        task: ``image_classification``, ``text_classification`` or a ModelOutput.
+        store: the Zarr store path; reruns resume from it and new targets reuse its features.
+        proj_dim, lambda_reg: projection width and ridge term.
+        exp_name: name of this target set in the store.
+        num_workers: worker actors (None: as many as the cluster fits).
+        address: a Ray cluster to join (None: start one in-process).
+        grad_wrt: parameter names to differentiate (None: all).
+        sections: replacements for whole config sections, e.g.
+            ``featurize=FeaturizeConfig(micro_batch=16)``, ``scoring=ScoringConfig(topk=50)``.
+    """
+    cluster = ClusterConfig(
+        kind="ray" if address else "local", address=address, num_workers=num_workers
+    )
+    base = JobConfig(
+        proj_dim=proj_dim,
+        lambda_reg=lambda_reg,
+        model=ModelConfig(factory=model, checkpoints=checkpoints),
+        data=DataConfig(train=train, targets=targets),
+        task=TaskConfig(name=task, grad_wrt=None if grad_wrt is None else list(grad_wrt)),
+        store=StoreConfig(path=str(store)),
+        scoring=ScoringConfig(exp_name=exp_name),
+        cluster=cluster,
+    )
+    known = {
+        "projection": ProjectionConfig,
+        "featurize": FeaturizeConfig,
+        "store": StoreConfig,
+        "scoring": ScoringConfig,
+        "cluster": ClusterConfig,
+        "progress": bool,
+        "report": str,
+    }
+    unknown = sorted(set(sections) - set(known))
+    if unknown:
+        raise TypeError(f"run() got unknown sections {unknown}; known: {sorted(known)}.")
+    cfg = dataclasses.replace(base, **sections)
+    from trak_dist.distributed.driver import run_job  # imports Ray: only when running
+
+    result = run_job(cfg)
+    variant = variant_name(result.scores[0]["proj_dim"], cfg.lambda_reg, cfg.scoring.kinv_scaling)
+    return Attribution(cfg.store.path, cfg.scoring.exp_name, variant, result)
