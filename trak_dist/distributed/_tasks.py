@@ -44,6 +44,7 @@ class ShardResult:
     rows_reused: int
     seconds: float
     worker: str
+    cpu_seconds: float = 0.0
 
 
 def shard_plan(n: int, chunk_rows: int, shard_rows: int) -> list[tuple[int, int]]:

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -53,14 +53,62 @@ class JobResult:
     conditioning: dict[int, dict[int, float]]
 
 
+class TaskQueue:
+    """Pending shards per checkpoint, handed out with checkpoint affinity.
+
+    A worker caches its checkpoint's weights and projection matrix (for small models P is
+    generated once per checkpoint), so a free worker keeps its last checkpoint while that one
+    has shards, and otherwise takes the checkpoint fewest workers are on: switching costs a
+    reload and a regeneration of P.
+    """
+
+    def __init__(self, tasks: list[ShardTask] | None = None) -> None:
+        self._by_model: dict[int, deque[ShardTask]] = {}
+        self._on: dict[int, int] = {}  # slot -> model_id of its last task
+        for t in tasks or []:
+            self._by_model.setdefault(t.model_id, deque()).append(t)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_model)
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._by_model.values())
+
+    def __iter__(self) -> Iterator[ShardTask]:
+        return (t for q in self._by_model.values() for t in q)
+
+    def extend(self, tasks: list[ShardTask]) -> None:
+        for t in tasks:
+            self._by_model.setdefault(t.model_id, deque()).append(t)
+
+    def push_front(self, task: ShardTask) -> None:
+        self._by_model.setdefault(task.model_id, deque()).appendleft(task)
+
+    def pop_for(self, slot: int) -> ShardTask:
+        model = self._on.get(slot)
+        if model not in self._by_model:
+            load = {m: 0 for m in self._by_model}
+            for s, m in self._on.items():
+                if m in load and s != slot:
+                    load[m] += 1
+            model = min(load, key=lambda m: (load[m], m))
+        queue = self._by_model[model]
+        task = queue.popleft()
+        if not queue:
+            del self._by_model[model]
+        self._on[slot] = model
+        return task
+
+
 @dataclass
 class DriverState:
-    pending: deque[ShardTask]
+    pending: TaskQueue
     workers: list[Any] = field(default_factory=list)
     idle: deque[int] = field(default_factory=deque)
     inflight: dict[Any, tuple[ShardTask, int, Any]] = field(default_factory=dict)
     starting: dict[Any, int] = field(default_factory=dict)
     last_progress: float = field(default_factory=time.perf_counter)
+    first_ready: float | None = None
     train_left: dict[int, int] = field(default_factory=dict)
     finish_refs: list[Any] = field(default_factory=list)
     rows_computed: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
@@ -143,7 +191,7 @@ def run_job(
     t0 = time.perf_counter()
     cfg = _absolute_store(cfg)
     started = False
-    state = DriverState(deque())
+    state = DriverState(TaskQueue())
     reducer = None
     try:
         # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
@@ -162,7 +210,9 @@ def run_job(
             t1 = time.perf_counter()
             proj_dims = sorted({p for p, _ in variants})
             _featurize(cfg, prep, state, reducer, on_shard)
-            phases["featurize"] = time.perf_counter() - t1
+            ready = state.first_ready or t1
+            phases["worker_start"] = ready - t1
+            phases["featurize"] = time.perf_counter() - ready
             t2 = time.perf_counter()
             ray.get(state.finish_refs)
             ids = list(range(len(prep.checkpoints)))
@@ -285,6 +335,8 @@ def _started(cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any) -> No
         _replace(cfg, prep, state, slot, f"worker {slot} failed to start", e)
         return
     state.last_progress = time.perf_counter()
+    if state.first_ready is None:
+        state.first_ready = state.last_progress
     state.idle.append(slot)
 
 
@@ -316,7 +368,8 @@ def _replace(
 
 def _fill(state: DriverState) -> None:
     while state.pending and state.idle:
-        task, slot = state.pending.popleft(), state.idle.popleft()
+        slot = state.idle.popleft()
+        task = state.pending.pop_for(slot)
         meta, xtx = state.workers[slot].run.options(num_returns=2).remote(task)
         state.inflight[meta] = (task, slot, xtx)
 
@@ -339,5 +392,5 @@ def _collect(
         logger.warning("%s failed (%r); retrying", task, e.cause)
         state.idle.append(slot)
     state.retries += 1
-    state.pending.appendleft(task.retry())
+    state.pending.push_front(task.retry())
     return None

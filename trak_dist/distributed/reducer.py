@@ -61,8 +61,9 @@ class Reducer:
         for model_id in model_ids:
             for p in sorted(set(proj_dims)):
                 e = ensure_factor(self.store, model_id, p, self.device).eigenvalues
-                low = max(float(e.min()), np.finfo(float).tiny)
-                conds.setdefault(model_id, {})[p] = float(e.max()) / low
+                low, top = float(e.min()), float(e.max())
+                # rank-deficient XᵀX (p > n) has eigenvalues ≤ 0: infinite without λ
+                conds.setdefault(model_id, {})[p] = top / low if low > 0 else float("inf")
         return conds
 
     def score(

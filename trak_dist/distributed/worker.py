@@ -83,7 +83,7 @@ class Worker:
 
     def run(self, task: ShardTask) -> tuple[ShardResult, np.ndarray | None]:
         """Featurise ``task``; returns its report and, for train shards, its partial XᵀX."""
-        t0 = time.perf_counter()
+        t0, c0_cpu = time.perf_counter(), time.process_time()
         if task.kind == "train":
             rows = self.store.train_rows(task.model_id)
         else:
@@ -102,7 +102,14 @@ class Worker:
             if partial is not None:
                 partial += gram(x)
             computed += c1 - c0
-        result = ShardResult(task, computed, reused, time.perf_counter() - t0, self.name)
+        result = ShardResult(
+            task,
+            computed,
+            reused,
+            time.perf_counter() - t0,
+            self.name,
+            time.process_time() - c0_cpu,
+        )
         return result, partial
 
     def _featurize_chunk(self, rows: RowSet, task: ShardTask, c0: int, c1: int) -> np.ndarray:

@@ -44,9 +44,9 @@ def make_model(hidden: int = HIDDEN) -> nn.Module:
     return nn.Sequential(nn.Linear(64, hidden), nn.Tanh(), nn.Linear(hidden, 10))
 
 
-def _train(seed: int, epochs: int) -> dict[str, torch.Tensor]:
+def _train(seed: int, epochs: int, hidden: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
-    model = make_model()
+    model = make_model(hidden)
     x, y = train_set().tensors
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(seed)
@@ -58,18 +58,20 @@ def _train(seed: int, epochs: int) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
-def checkpoints(num: int = 3, epochs: int = 15, cache_dir: str | None = None) -> list[Path]:
+def checkpoints(
+    num: int = 3, epochs: int = 15, cache_dir: str | None = None, hidden: int = HIDDEN
+) -> list[Path]:
     """Paths of ``num`` trained checkpoints, training (≈1 s each) the ones not cached yet."""
     root = Path(cache_dir or os.environ.get("TRAK_DIST_CACHE", ".trak_cache")) / "digits"
     root.mkdir(parents=True, exist_ok=True)
     paths = []
     for seed in range(num):
-        path = root / f"mlp{HIDDEN}_seed{seed}_ep{epochs}.pt"
+        path = root / f"mlp{hidden}_seed{seed}_ep{epochs}.pt"
         if not path.exists():
             # write then rename: concurrent first runs never see a half-written file
             fd, tmp = tempfile.mkstemp(dir=root, suffix=".tmp")
             os.close(fd)
-            torch.save(_train(seed, epochs), tmp)
+            torch.save(_train(seed, epochs, hidden), tmp)
             os.replace(tmp, path)
         paths.append(path)
     return paths
