@@ -1,0 +1,20 @@
+"""``python -m benchmarks`` (``make bench``): every CPU benchmark, one table each.
+
+The GPU projection benchmark runs on its own: ``python benchmarks/gpu_projection.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from benchmarks import pipeline, reducer_memory, store_codecs, sweep
+
+for name, module in [
+    ("pipeline", pipeline),
+    ("store_codecs", store_codecs),
+    ("reducer_memory", reducer_memory),
+    ("sweep", sweep),
+]:
+    print(f"\n## benchmarks.{name}", flush=True)
+    sys.argv = [f"benchmarks.{name}"]
+    module.main()
