@@ -10,6 +10,7 @@ VENV_FLAGS ?=
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
+LINT_DIRS := $(wildcard trak_dist tests benchmarks launch)
 
 .PHONY: install install-test run test lint typecheck cuda bench clean
 
@@ -37,8 +38,8 @@ test: install-test lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install-test
-	$(BIN)/ruff check trak_dist tests benchmarks launch
-	$(BIN)/ruff format --check trak_dist tests benchmarks launch
+	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
 
 cuda:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trak_dist.distributed.driver import JobResult
+from trak_dist.distributed._state import JobResult
 from trak_dist.sources import build_dataset
 from trak_dist.store import FeatureStore
 

@@ -3,7 +3,7 @@ import subprocess
 import sys
 import time
 
-from trak_dist.distributed.driver import store_lock
+from trak_dist.distributed._lock import store_lock
 
 HOLD = """
 import sys, time

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import ray
 
@@ -97,3 +98,27 @@ def stop(actors: Sequence[Any], grace_s: float = 5.0) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=grace_s)
     for a in live:
         ray.kill(a)
+
+
+class Session:
+    """Ray and reducers kept alive across run_job calls of one process (``keep_alive``): the
+    jobs of a sweep then pay for neither a Ray start nor a reducer start after the first."""
+
+    reducers: ClassVar[dict[tuple[str, str, float], Any]] = {}
+    registered: ClassVar[bool] = False
+
+    @classmethod
+    def reducer(cls, cfg: JobConfig) -> Any:
+        key = (str(cfg.store.path), cfg.scoring.device, cfg.cluster.reducer_gpus)
+        if key not in cls.reducers:
+            cls.reducers[key] = start_reducer(cfg)
+        if not cls.registered:
+            atexit.register(cls.close)
+            cls.registered = True
+        return cls.reducers[key]
+
+    @classmethod
+    def close(cls) -> None:
+        cls.reducers.clear()
+        if ray.is_initialized():
+            ray.shutdown()

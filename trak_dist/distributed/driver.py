@@ -8,113 +8,28 @@ failure, so rerunning a killed job resumes where it stopped.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import ray
-from filelock import FileLock, Timeout
 from ray.exceptions import RayActorError, RayTaskError
 from tqdm.auto import tqdm
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed import _ray
+from trak_dist.distributed._lock import store_lock
 from trak_dist.distributed._prepare import Prepared, prepare
+from trak_dist.distributed._queue import TaskQueue
+from trak_dist.distributed._state import DriverState, JobResult
 from trak_dist.distributed._tasks import ShardResult, ShardTask
 from trak_dist.errors import WorkerFailedError
 
 logger = logging.getLogger(__name__)
 POLL_S = 1.0
-
-
-@dataclass
-class JobResult:
-    """What a run did: where results are, how long each phase took, what was reused."""
-
-    store: str
-    exp: str
-    n: int
-    m: int
-    checkpoints: int
-    proj_dim: int
-    scores: list[dict[str, Any]]
-    phases: dict[str, float]
-    rows_computed: dict[str, int]
-    rows_reused: dict[str, int]
-    worker_restarts: int
-    task_retries: int
-    conditioning: dict[int, dict[int, float]]
-
-
-class TaskQueue:
-    """Pending shards per checkpoint, handed out with checkpoint affinity.
-
-    A worker caches its checkpoint's weights and projection matrix (for small models P is
-    generated once per checkpoint), so a free worker keeps its last checkpoint while that one
-    has shards, and otherwise takes the checkpoint fewest workers are on: switching costs a
-    reload and a regeneration of P.
-    """
-
-    def __init__(self, tasks: list[ShardTask] | None = None) -> None:
-        self._by_model: dict[int, deque[ShardTask]] = {}
-        self._on: dict[int, int] = {}  # slot -> model_id of its last task
-        for t in tasks or []:
-            self._by_model.setdefault(t.model_id, deque()).append(t)
-
-    def __bool__(self) -> bool:
-        return bool(self._by_model)
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self._by_model.values())
-
-    def __iter__(self) -> Iterator[ShardTask]:
-        return (t for q in self._by_model.values() for t in q)
-
-    def extend(self, tasks: list[ShardTask]) -> None:
-        for t in tasks:
-            self._by_model.setdefault(t.model_id, deque()).append(t)
-
-    def push_front(self, task: ShardTask) -> None:
-        self._by_model.setdefault(task.model_id, deque()).appendleft(task)
-
-    def pop_for(self, slot: int) -> ShardTask:
-        model = self._on.get(slot)
-        if model not in self._by_model:
-            load = {m: 0 for m in self._by_model}
-            for s, m in self._on.items():
-                if m in load and s != slot:
-                    load[m] += 1
-            model = min(load, key=lambda m: (load[m], m))
-        queue = self._by_model[model]
-        task = queue.popleft()
-        if not queue:
-            del self._by_model[model]
-        self._on[slot] = model
-        return task
-
-
-@dataclass
-class DriverState:
-    pending: TaskQueue
-    workers: list[Any] = field(default_factory=list)
-    idle: deque[int] = field(default_factory=deque)
-    inflight: dict[Any, tuple[ShardTask, int, Any]] = field(default_factory=dict)
-    starting: dict[Any, int] = field(default_factory=dict)
-    last_progress: float = field(default_factory=time.perf_counter)
-    first_ready: float | None = None
-    train_left: dict[int, int] = field(default_factory=dict)
-    finish_refs: list[Any] = field(default_factory=list)
-    rows_computed: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
-    rows_reused: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
-    restarts: int = 0
-    retries: int = 0
 
 
 def _absolute_store(cfg: JobConfig) -> JobConfig:
@@ -123,52 +38,6 @@ def _absolute_store(cfg: JobConfig) -> JobConfig:
         return cfg
     store = dataclasses.replace(cfg.store, path=str(Path(cfg.store.path).resolve()))
     return dataclasses.replace(cfg, store=store)
-
-
-def store_lock(path: str) -> contextlib.AbstractContextManager[object]:
-    """An inter-process lock next to a local store (``<store>.lock``); none for URLs."""
-    if "://" in str(path):
-        logger.warning("no lock for the remote store %s: run one featurising job at a time", path)
-        return contextlib.nullcontext()
-    lock = FileLock(f"{Path(path).resolve()}.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        logger.warning("waiting for another trak-dist job that is featurising %s", path)
-        lock.acquire()
-    return _Held(lock)
-
-
-class _Held(contextlib.AbstractContextManager[object]):
-    def __init__(self, lock: FileLock) -> None:
-        self.lock = lock
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
-
-
-class _Session:
-    """Ray and reducers kept alive across run_job calls of one process (``keep_alive``): the
-    jobs of a sweep then pay for neither a Ray start nor a reducer start after the first."""
-
-    reducers: ClassVar[dict[tuple[str, str, float], Any]] = {}
-    registered: ClassVar[bool] = False
-
-    @classmethod
-    def reducer(cls, cfg: JobConfig) -> Any:
-        key = (str(cfg.store.path), cfg.scoring.device, cfg.cluster.reducer_gpus)
-        if key not in cls.reducers:
-            cls.reducers[key] = _ray.start_reducer(cfg)
-        if not cls.registered:
-            atexit.register(cls.close)
-            cls.registered = True
-        return cls.reducers[key]
-
-    @classmethod
-    def close(cls) -> None:
-        cls.reducers.clear()
-        if ray.is_initialized():
-            ray.shutdown()
 
 
 def run_job(
@@ -206,7 +75,7 @@ def run_job(
             state.pending.extend(prep.train_tasks + prep.target_tasks)
             for t in prep.train_tasks:
                 state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
-            reducer = _Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
+            reducer = _ray.Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
             t1 = time.perf_counter()
             proj_dims = sorted({p for p, _ in variants})
             _featurize(cfg, prep, state, reducer, on_shard)
