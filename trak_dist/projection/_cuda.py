@@ -1,17 +1,10 @@
-"""The CUDA projector: ``cuda_ext``'s Rademacher kernel, called through ctypes.
+"""The CUDA projector: ``cuda_ext``'s Rademacher kernel (``_cuda_lib``), called through ctypes.
 
-``cuda_ext/build/libtrak_proj.so`` (built by ``make cuda``) exposes a plain C ABI and carries its
-own statically linked CUDA runtime, so it works next to any torch build and loads on machines
-without a GPU (its host-side hash checks then still run). Kernels are queued on torch's current
-stream of the gradients' device, so they order with the surrounding torch work without syncs.
+Kernels are queued on torch's current stream of the gradients' device, so they order with the
+surrounding torch work without syncs.
 """
 
 from __future__ import annotations
-
-import ctypes
-import os
-import threading
-from pathlib import Path
 
 import torch
 
@@ -24,199 +17,29 @@ from trak_dist.projection._base import (
     as_blocks,
     check_model_id,
 )
+from trak_dist.projection._cuda_lib import (
+    _CHECKED,
+    ABI_VERSION,
+    DEFAULT_LIB,
+    DTYPE_CODES,
+    ENV_VAR,
+    MIN_CAPABILITY,
+    CudaLibrary,
+    library_path,
+    load_library,
+)
 from trak_dist.projection._generate import rademacher_block
 
-ENV_VAR = "TRAK_DIST_CUDA_LIB"
-ABI_VERSION = 1
-DEFAULT_LIB = Path(__file__).resolve().parents[2] / "cuda_ext" / "build" / "libtrak_proj.so"
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-MIN_CAPABILITY = (8, 0)
-
-_u64, _i64, _u32, _int, _ptr = (
-    ctypes.c_uint64,
-    ctypes.c_int64,
-    ctypes.c_uint32,
-    ctypes.c_int,
-    ctypes.c_void_p,
-)
-_SIGNATURES: dict[str, tuple[type | None, list[type]]] = {
-    "trak_proj_abi_version": (_int, []),
-    "trak_proj_build_info": (ctypes.c_char_p, []),
-    "trak_proj_last_error": (ctypes.c_char_p, []),
-    "trak_proj_workspace_bytes": (_i64, [_i64, _i64, _i64]),
-    "trak_proj_rademacher": (
-        _int,
-        [_ptr, _int, _i64, _i64, _i64, _u64, _ptr, _i64, _i64, _u64, _u32, _int, _ptr, _i64, _ptr],
-    ),
-    "trak_proj_rademacher_signs_host": (_int, [_u64, _u32, _u64, _i64, _u64, _i64, _ptr]),
-    "trak_proj_p_tile_host": (_int, [_u64, _u32, _u64, _u32, _int, _ptr]),
-    "trak_proj_split_f32_host": (_int, [_ptr, _i64, _int, _ptr]),
-}
-
-
-class CudaLibrary:
-    """Typed access to ``libtrak_proj.so``. Loading it needs no GPU.
-
-    Args:
-        path: the shared library.
-
-    Raises:
-        CudaExtUnavailableError: it cannot be loaded or was built for another ABI version.
-    """
-
-    def __init__(self, path: Path) -> None:
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError as e:
-            raise CudaExtUnavailableError(
-                f"could not load the CUDA projection library {path}: {e}. Rebuild it with "
-                "`make cuda` (needs nvcc)."
-            ) from e
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            try:
-                fn = getattr(lib, name)
-            except AttributeError as e:
-                raise CudaExtUnavailableError(
-                    f"{path} lacks the symbol {name}: it is not a trak_proj library or a stale "
-                    "one. Rebuild it with `make cuda`."
-                ) from e
-            fn.restype = restype
-            fn.argtypes = argtypes
-        found = lib.trak_proj_abi_version()
-        if found != ABI_VERSION:
-            raise CudaExtUnavailableError(
-                f"{path} has ABI version {found}; this trak_dist needs {ABI_VERSION}. Rebuild it "
-                "with `make cuda`."
-            )
-        self.path = path
-        self._lib = lib
-
-    def build_info(self) -> str:
-        """What the library was built with (ABI, CUDA runtime, architectures)."""
-        return bytes(self._lib.trak_proj_build_info()).decode()
-
-    def _check(self, status: int, what: str) -> None:
-        if status != 0:
-            message = bytes(self._lib.trak_proj_last_error()).decode()
-            raise CudaExtUnavailableError(f"{what} failed (status {status}): {message}")
-
-    def workspace_bytes(self, batch: int, n: int, p: int) -> int:
-        """Workspace that runs every K-split of an ``n``-row block at once (0: none needed)."""
-        return int(self._lib.trak_proj_workspace_bytes(batch, n, p))
-
-    def rademacher(
-        self,
-        g: torch.Tensor,
-        row_offset: int,
-        out: torch.Tensor,
-        seed: int,
-        model_id: int,
-        f32_terms: int,
-        workspace: torch.Tensor | None,
-        stream: int,
-    ) -> None:
-        """Queue ``out[:, :p] += g · P[row_offset : row_offset + n, :p]`` on ``stream``.
-
-        Args:
-            g: ``[B, n]`` float32/float16/bfloat16 on the current CUDA device, ``stride(1) == 1``.
-            row_offset: global row of ``g``'s first column.
-            out: ``[B, p]`` float32 with ``stride(1) == 1``, accumulated into.
-            seed: projector seed.
-            model_id: checkpoint id.
-            f32_terms: bf16 terms an fp32 ``g`` is split into (2 or 3).
-            workspace: float32 scratch of at least ``B·p`` entries when the block needs one.
-            stream: the ``cudaStream_t`` handle.
-        """
-        batch, n = g.shape
-        ld_g = g.stride(0) if batch > 1 else n
-        ws_ptr = workspace.data_ptr() if workspace is not None else None
-        ws_bytes = workspace.numel() * 4 if workspace is not None else 0
-        status = self._lib.trak_proj_rademacher(
-            g.data_ptr(),
-            DTYPE_CODES[g.dtype],
-            batch,
-            n,
-            ld_g,
-            row_offset,
-            out.data_ptr(),
-            out.shape[1],
-            out.stride(0),
-            seed,
-            model_id,
-            f32_terms,
-            ws_ptr,
-            ws_bytes,
-            stream,
-        )
-        self._check(status, "trak_proj_rademacher")
-
-    def signs_host(
-        self, seed: int, model_id: int, row0: int, nrows: int, col0: int, ncols: int
-    ) -> torch.Tensor:
-        """``P[row0 : row0 + nrows, col0 : col0 + ncols]`` as int8 ±1, from the compiled hash."""
-        out = torch.empty(nrows, ncols, dtype=torch.int8)
-        status = self._lib.trak_proj_rademacher_signs_host(
-            seed, model_id, row0, nrows, col0, ncols, out.data_ptr()
-        )
-        self._check(status, "trak_proj_rademacher_signs_host")
-        return out
-
-    def p_tile_host(
-        self, seed: int, model_id: int, row0: int, col_block: int, half: bool
-    ) -> torch.Tensor:
-        """The kernel's shared-memory P tile ``[32, 128]`` as raw fp16 / bf16 bits (int16)."""
-        out = torch.empty(32, 128, dtype=torch.int16)
-        status = self._lib.trak_proj_p_tile_host(
-            seed, model_id, row0, col_block, int(half), out.data_ptr()
-        )
-        self._check(status, "trak_proj_p_tile_host")
-        return out
-
-    def split_f32_host(self, x: torch.Tensor, terms: int) -> torch.Tensor:
-        """The kernel's split of fp32 ``x`` into ``[terms, numel]`` bf16 bit patterns (int16)."""
-        flat = x.detach().to(torch.float32).contiguous().reshape(-1)
-        out = torch.empty(terms, flat.numel(), dtype=torch.int16)
-        status = self._lib.trak_proj_split_f32_host(
-            flat.data_ptr(), flat.numel(), terms, out.data_ptr()
-        )
-        self._check(status, "trak_proj_split_f32_host")
-        return out
-
-
-_LOCK = threading.Lock()
-_LIBRARIES: dict[Path, CudaLibrary] = {}
-_CHECKED: set[tuple[Path, int, int]] = set()
-
-
-def library_path() -> Path:
-    """Where the library is looked for: ``$TRAK_DIST_CUDA_LIB`` if set, else the build dir."""
-    env = os.environ.get(ENV_VAR)
-    return Path(env) if env else DEFAULT_LIB
-
-
-def load_library() -> CudaLibrary:
-    """Load (once per path) the library named by :func:`library_path`.
-
-    An explicit ``$TRAK_DIST_CUDA_LIB`` is never silently replaced by the default build.
-
-    Raises:
-        CudaExtUnavailableError: the file is missing, fails to load, or has another ABI.
-    """
-    path = library_path()
-    with _LOCK:
-        if path not in _LIBRARIES:
-            if not path.is_file():
-                searched = (
-                    f"${ENV_VAR}={path}"
-                    if os.environ.get(ENV_VAR)
-                    else f"{path} (${ENV_VAR} is unset)"
-                )
-                raise CudaExtUnavailableError(
-                    f"libtrak_proj.so not found; searched {searched}. Build it with `make cuda` "
-                    f"(needs nvcc) or point ${ENV_VAR} at a built copy."
-                )
-            _LIBRARIES[path] = CudaLibrary(path)
-        return _LIBRARIES[path]
+__all__ = [
+    "ABI_VERSION",
+    "DEFAULT_LIB",
+    "ENV_VAR",
+    "CudaLibrary",
+    "CudaProjector",
+    "cuda_device",
+    "library_path",
+    "load_library",
+]
 
 
 def cuda_device(device: torch.device | str) -> torch.device:
