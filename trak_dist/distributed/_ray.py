@@ -14,6 +14,7 @@ import ray
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.distributed.reducer import Reducer
 from trak_dist.distributed.worker import Worker
+from trak_dist.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,23 @@ def connect(cluster: ClusterConfig) -> bool:
             logging_level=logging.WARNING,
         )
     else:
-        # "auto" finds the cluster of `ray job submit` (RAY_ADDRESS) or of `ray start` here
-        ray.init(address=cluster.address or "auto", logging_level=logging.WARNING)
+        # explicit only: Ray's "auto" also trusts a stale record of a dead cluster in /tmp/ray
+        # and then retries its GCS for minutes
+        address = cluster.address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise ConfigError(
+                f"cluster={cluster.kind} joins a running Ray cluster, but neither "
+                "cluster.address nor RAY_ADDRESS is set. Run under `ray job submit` (which sets "
+                "RAY_ADDRESS), pass cluster.address=HOST:6379, or use cluster=local to start Ray "
+                "here."
+            )
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+        except ConnectionError as e:
+            raise ConfigError(
+                f"could not join the Ray cluster at {address} ({e}). Check that its head runs "
+                "(`ray status --address ...`) and that this machine can reach it."
+            ) from e
     return True
 
 
