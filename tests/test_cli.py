@@ -14,11 +14,8 @@ CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 
 
 def trak_dist(args, cwd, timeout=300):
-    env = {
-        **os.environ,
-        "TRAK_DIST_CACHE": str(Path(cwd) / "cache"),
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(TRAK_DIST_CACHE=str(Path(cwd) / "cache"), RAY_USAGE_STATS_ENABLED="0")
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
     )
@@ -43,6 +40,7 @@ def test_help_lists_the_config_groups(tmp_path):
         ("store.codec=lz9", "StoreConfig.codec='lz9'; expected one of"),
         ("featurize.shard_rows=100", "featurize.shard_rows=100 is not a multiple of store.chunk"),
         ("model.factory=nowhere:make", "model.factory='nowhere:make' could not be imported"),
+        ("cluster=ray", "cluster=ray joins a running Ray cluster, but neither cluster.address"),
     ],
 )
 def test_bad_values_get_one_clear_line_and_exit_2(tmp_path, override, message):
