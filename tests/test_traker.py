@@ -212,3 +212,66 @@ def test_misuse_gets_clear_errors(setup, tmp_path):
             device="cpu",
             saver=object(),
         )
+
+
+PARALLEL = """
+import sys, logging
+sys.path.insert(0, {tests!r})
+from helpers import classification_data, mlp
+from trak_dist import TRAKer
+model_id = int(sys.argv[1])
+x, y = classification_data({n}, seed=0)
+t = TRAKer(model=mlp(), task="image_classification", train_set_size={n}, save_dir={store!r},
+           device="cpu", proj_dim=16, lambda_reg=1e-3, use_half_precision=False,
+           logging_level=logging.ERROR)
+t.load_checkpoint(mlp(seed=10 + model_id).state_dict(), model_id=model_id)
+for b in range(0, {n}, 50):
+    t.featurize((x[b:b + 50], y[b:b + 50]), num_samples=min(50, {n} - b))
+t.finalize_features([model_id])
+"""
+
+
+@pytest.mark.slow
+def test_one_process_per_checkpoint_into_one_store(setup, tmp_path):
+    """traker's SLURM pattern: a process per checkpoint, one save_dir, started together."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model, states, train, targets = setup
+    store = tmp_path / "shared"
+    script = PARALLEL.format(tests=str(Path(__file__).parent), n=N, store=str(store))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(i)], stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    t = TRAKer(
+        model=model,
+        task="image_classification",
+        train_set_size=N,
+        save_dir=store,
+        device="cpu",
+        proj_dim=16,
+        lambda_reg=1e-3,
+        use_half_precision=False,
+        logging_level=logging.ERROR,
+    )
+    for i, st in enumerate(states[:2]):
+        t.start_scoring_checkpoint("exp", st, model_id=i, num_targets=M)
+        t.score(targets, num_samples=M)
+    parallel = np.asarray(t.finalize_scores("exp"))
+    sequential = run(
+        TRAKer,
+        model,
+        states[:2],
+        train,
+        targets,
+        tmp_path / "seq",
+        proj_dim=16,
+        lambda_reg=1e-3,
+        use_half_precision=False,
+    )
+    np.testing.assert_allclose(parallel, sequential, rtol=1e-6, atol=1e-7)

@@ -21,12 +21,12 @@ from tqdm.auto import tqdm
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed import _ray
-from trak_dist.distributed._lock import store_lock
 from trak_dist.distributed._prepare import Prepared, prepare
 from trak_dist.distributed._queue import TaskQueue
 from trak_dist.distributed._state import DriverState, JobResult
 from trak_dist.distributed._tasks import ShardResult, ShardTask
 from trak_dist.errors import WorkerFailedError
+from trak_dist.store import store_lock
 
 logger = logging.getLogger(__name__)
 POLL_S = 1.0

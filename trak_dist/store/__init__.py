@@ -1,6 +1,7 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
+from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
@@ -23,5 +24,6 @@ __all__ = [
     "checkpoint_fingerprint",
     "dataset_fingerprint",
     "file_fingerprint",
+    "store_lock",
     "variant_name",
 ]

@@ -22,6 +22,7 @@ import zarr
 
 from trak_dist.errors import StoreMismatchError, StoreStateError
 from trak_dist.store._codecs import DEFAULT_CODEC, compressors
+from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet
 from trak_dist.store._spec import FeatureSpec
@@ -73,18 +74,19 @@ class FeatureStore:
         """
         where = str(path)
         compressors(codec)  # validate the name before touching disk
-        if overwrite and Path(where).exists():
-            logger.warning("overwriting the existing store at %s", where)
-            shutil.rmtree(where)
-        root = zarr.open_group(where, mode="a")
-        if ATTR not in root.attrs:
-            if len(list(root.keys())):
-                raise StoreMismatchError(
-                    f"{where} already holds data that trak_dist did not write; use a new path."
-                )
-            root.attrs[ATTR] = {"spec": spec.to_json(), "codec": codec}
-            for name in ("train", "targets", "scores"):
-                root.require_group(name)
+        with store_lock(where):
+            if overwrite and Path(where).exists():
+                logger.warning("overwriting the existing store at %s", where)
+                shutil.rmtree(where)
+            root = zarr.open_group(where, mode="a")
+            if ATTR not in root.attrs:
+                if len(list(root.keys())):
+                    raise StoreMismatchError(
+                        f"{where} already holds data that trak_dist did not write; use a new path."
+                    )
+                root.attrs[ATTR] = {"spec": spec.to_json(), "codec": codec}
+                for name in ("train", "targets", "scores"):
+                    root.require_group(name)
         store = cls(root, where)
         spec.check_compatible(store.spec, where)
         return store

@@ -3,7 +3,7 @@ import subprocess
 import sys
 import time
 
-from trak_dist.distributed._lock import store_lock
+from trak_dist.store import store_lock
 
 HOLD = """
 import sys, time
@@ -26,6 +26,6 @@ def test_a_second_job_waits_for_the_featurising_one(tmp_path, caplog):
     holder.wait(timeout=10)
     holder.stdout.close()
     assert waited > 1.0
-    assert "waiting for another trak-dist job" in caplog.text
+    assert "waiting for another trak-dist process" in caplog.text
     with store_lock(str(store)):  # released: no wait now
         pass

@@ -1,0 +1,41 @@
+"""One process at a time creates or featurises a store (``<store>.lock`` beside it).
+
+Parallel jobs on one store (a sweep's SLURM jobs, traker-style one-process-per-checkpoint
+featurisation) would otherwise race to create its root group, and featurise or rewrite the
+shared factor arrays under each other's readers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def store_lock(path: str | Path) -> Iterator[None]:
+    """Hold the inter-process lock of the local store at ``path``; no lock for URLs.
+
+    Re-entrant within a process (one lock object per path), so the driver's long hold and the
+    store's own creation step nest.
+    """
+    where = str(path)
+    if "://" in where:
+        logger.warning("no lock for the remote store %s: run one featurising job at a time", where)
+        yield
+        return
+    lock = FileLock(f"{Path(where).resolve()}.lock", is_singleton=True)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.warning("waiting for another trak-dist process using %s (%s)", where, lock.lock_file)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
