@@ -7,7 +7,8 @@ p = 2048) so that featurisation, not actor start-up, dominates; the train set is
 ``--reps`` times (default 8: 12000 rows) and 2 checkpoints; fp16 store, micro-batch 256
 (``--micro-batch``), 1 CPU per worker. "featurize s" runs from the first worker being ready to
 the last shard committed; worker start-up (imports, ~3 s) is reported apart. Both worker counts
-run in this one invocation, on fresh stores, so their ratio is measured side by side.
+run in this one invocation, on fresh stores, interleaved ``--rounds`` times (best kept), so their
+ratio is measured side by side.
 
 The default job is `trak-dist` with no arguments in a fresh directory, checkpoint cache
 included (what a fresh clone's first run pays, after install).
@@ -102,17 +103,27 @@ def main() -> None:
     parser.add_argument("--proj-dim", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=8, help="train set = digits × reps")
     parser.add_argument("--micro-batch", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved repeats (best kept)")
     parser.add_argument("--skip-default", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ckpts = digits.checkpoints(num=2, epochs=3, cache_dir=str(root / "ck"), hidden=args.hidden)
-        runs = {
-            w: featurize_throughput(
-                w, args.hidden, args.proj_dim, ckpts, root, args.reps, args.micro_batch
-            )
-            for w in (1, 2)
-        }
+        # interleaved rounds, best of each: a shared machine's hiccups only ever slow a run
+        runs: dict[int, dict[str, float]] = {}
+        for r in range(args.rounds):
+            for w in (1, 2):
+                res = featurize_throughput(
+                    w,
+                    args.hidden,
+                    args.proj_dim,
+                    ckpts,
+                    root / f"r{r}",
+                    args.reps,
+                    args.micro_batch,
+                )
+                if w not in runs or res["rate"] > runs[w]["rate"]:
+                    runs[w] = res
         base = runs[1]["rate"]
         print(
             f"\nFeaturisation, digits MLP hidden={args.hidden}, proj_dim={args.proj_dim}, "

@@ -24,15 +24,16 @@ from trak_dist.scoring import xtx_from_rows
 from trak_dist.store import FeatureSpec, FeatureStore
 
 CHILD = """
-import json, resource, sys, psutil
+import json, sys, psutil
 from trak_dist.scoring import compute_scores
 from trak_dist.store import FeatureStore
 store = FeatureStore.open(sys.argv[1])
 before = psutil.Process().memory_info().rss
 compute_scores(store, "t", [0], lambda_reg=1e-3, train_block=int(sys.argv[2]),
                target_block=int(sys.argv[3]))
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"before": before, "peak": peak}))
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report the parent's
+hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(json.dumps({"before": before, "peak": int(hwm.split()[1]) * 1024}))
 """
 
 

@@ -29,7 +29,9 @@ def store_lock(path: str | Path) -> Iterator[None]:
         logger.warning("no lock for the remote store %s: run one featurising job at a time", where)
         yield
         return
-    lock = FileLock(f"{Path(where).resolve()}.lock", is_singleton=True)
+    lock_file = Path(f"{Path(where).resolve()}.lock")
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_file, is_singleton=True)
     try:
         lock.acquire(timeout=0)
     except Timeout:
