@@ -1,0 +1,114 @@
+"""Ray inside a SLURM allocation: a head on the first node, workers on the others, the driver on
+the head; everything stopped by process group when the driver returns."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from trak_dist.config import JobConfig
+
+DONE = "driver_done"
+
+
+def _wait_port(host: str, port: int, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            s.settimeout(1.0)
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"no Ray head answered on {host}:{port} within {timeout:.0f} s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    # `ray start --block` stops the daemons it started on SIGTERM; never `ray stop`, which
+    # would kill every Ray process of the node, including other jobs'
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+class RayClusterJob:
+    """The callable every task of the allocation runs (one task per node).
+
+    Args:
+        cfg: the job; its cluster section is replaced by the allocation's Ray cluster.
+        port: the head's GCS port.
+        head_ip: address the head binds and the others join (None: the first node's address).
+        cpus, gpus: Ray resources each node offers.
+        report_dir: where the driver writes the run report.
+    """
+
+    def __init__(
+        self, cfg: JobConfig, port: int, head_ip: str | None, cpus: int, gpus: int, report_dir: Path
+    ) -> None:
+        self.cfg, self.port, self.head_ip = cfg, port, head_ip
+        self.cpus, self.gpus, self.report_dir = cpus, gpus, report_dir
+
+    def __call__(self) -> dict[str, Any] | None:
+        env = submitit.JobEnvironment()
+        head_ip = self.head_ip or socket.gethostbyname(env.hostnames[0])
+        address = f"{head_ip}:{self.port}"
+        done = self.report_dir / f"{DONE}_{env.job_id}"
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        common = [f"--num-cpus={self.cpus}", f"--num-gpus={self.gpus}", "--block"]
+        if env.global_rank == 0:
+            cmd = [
+                ray_bin,
+                "start",
+                "--head",
+                f"--port={self.port}",
+                f"--node-ip-address={head_ip}",
+                "--include-dashboard=false",
+                *common,
+            ]
+        else:
+            _wait_port(head_ip, self.port, 300)
+            cmd = [ray_bin, "start", f"--address={address}", *common]
+        ray_proc = subprocess.Popen(cmd, start_new_session=True)
+        try:
+            if env.global_rank != 0:
+                while not done.exists() and ray_proc.poll() is None:
+                    time.sleep(2)
+                return None
+            _wait_port(head_ip, self.port, 300)
+            return self._drive(address, len(env.hostnames))
+        finally:
+            if env.global_rank == 0:
+                done.touch()
+            _stop(ray_proc)
+
+    def _drive(self, address: str, nodes: int) -> dict[str, Any]:
+        from trak_dist.distributed.driver import run_job
+        from trak_dist.report import summarize, write
+
+        cluster = dataclasses.replace(
+            self.cfg.cluster,
+            kind="slurm",
+            address=address,
+            num_workers=self.cfg.cluster.num_workers or None,
+        )
+        cfg = dataclasses.replace(self.cfg, cluster=cluster)
+        result = run_job(cfg)
+        summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
+        summary["nodes"] = nodes
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        md, _ = write(summary, self.report_dir / (cfg.report or "trak_report"))
+        summary["report"] = str(md)
+        return summary

@@ -1,0 +1,191 @@
+"""Run trak-dist on SLURM through submitit, in one of two modes.
+
+    python -m launch.slurm ray   --nodes 4 --gpus-per-node 1 --partition gpu -- proj_dim=2048
+    python -m launch.slurm array --tasks 16 --partition cpu -- proj_dim=2048 lambda_reg=1e-2
+
+``ray``: one allocation of N nodes; a Ray head on the first node, Ray workers on the others, the
+driver on the head; the cluster is torn down when the driver returns.
+``array``: a SLURM array of K tasks, each featurising its share of shards with the plain Worker
+(no Ray), then a dependent job that reduces and scores. Array tasks are submitit
+Checkpointables: a preempted or timed-out task is requeued and skips its committed chunks.
+Trailing arguments are trak-dist's Hydra overrides. ``--local`` uses submitit's local executor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from launch._array import ShardRunner, reduce_and_score, split
+from launch._compose import job_config
+from launch._ray_cluster import RayClusterJob
+from trak_dist.config import JobConfig
+from trak_dist.distributed._prepare import prepare
+from trak_dist.errors import ConfigError, TrakDistError
+from trak_dist.store import store_lock
+
+
+def executor(
+    folder: Path, local: bool, partition: str | None, timeout_min: int, mem_gb: float, **params: Any
+) -> submitit.Executor:
+    if not local and shutil.which("sbatch") is None:
+        raise ConfigError(
+            "sbatch was not found: this machine is not a SLURM submit host. Run on one, or pass "
+            "--local to use submitit's local executor."
+        )
+    ex = submitit.AutoExecutor(folder=folder, cluster="local" if local else None)
+    ex.update_parameters(timeout_min=timeout_min, mem_gb=mem_gb, name="trak-dist", **params)
+    if partition and not local:
+        ex.update_parameters(slurm_partition=partition)
+    return ex
+
+
+def submit_ray(
+    cfg: JobConfig,
+    folder: Path,
+    nodes: int = 1,
+    cpus_per_node: int = 2,
+    gpus_per_node: int = 0,
+    mem_gb: float = 8,
+    timeout_min: int = 60,
+    partition: str | None = None,
+    port: int = 6379,
+    head_ip: str | None = None,
+    local: bool = False,
+) -> submitit.Job[Any]:
+    """One job of ``nodes`` tasks (one per node) running RayClusterJob."""
+    ex = executor(
+        folder,
+        local,
+        partition,
+        timeout_min,
+        mem_gb,
+        nodes=nodes,
+        tasks_per_node=1,
+        cpus_per_task=cpus_per_node,
+        gpus_per_node=gpus_per_node,
+    )
+    job = RayClusterJob(cfg, port, head_ip, cpus_per_node, gpus_per_node, folder / "report")
+    return ex.submit(job)
+
+
+def submit_array(
+    cfg: JobConfig,
+    folder: Path,
+    tasks: int = 4,
+    cpus_per_task: int = 1,
+    gpus_per_task: int = 0,
+    mem_gb: float = 4,
+    timeout_min: int = 60,
+    partition: str | None = None,
+    local: bool = False,
+) -> tuple[list[submitit.Job[Any]], submitit.Job[Any]]:
+    """The array of shard runners and the dependent reduce job."""
+    with store_lock(cfg.store.path):  # every array is created here, once, before any task runs
+        prep = prepare(cfg)
+    groups = split(prep.train_tasks + prep.target_tasks, tasks)
+    ex = executor(
+        folder,
+        local,
+        partition,
+        timeout_min,
+        mem_gb,
+        cpus_per_task=cpus_per_task,
+        gpus_per_node=gpus_per_task,
+    )
+    jobs = ex.map_array(ShardRunner(cfg, prep.checkpoints, prep.width), groups) if groups else []
+    if jobs and local:
+        for j in jobs:  # the local executor has no dependencies: wait here instead
+            j.result()
+    elif jobs:
+        array_id = jobs[0].job_id.split("_")[0]
+        ex.update_parameters(slurm_additional_parameters={"dependency": f"afterok:{array_id}"})
+    reduce = ex.submit(
+        reduce_and_score, cfg, prep.proj_dim, len(prep.checkpoints), folder / "report"
+    )
+    return jobs, reduce
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch.slurm",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
+    sub = parser.add_subparsers(dest="mode", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--partition", default=None)
+    common.add_argument("--time-min", type=int, default=60)
+    common.add_argument(
+        "--folder",
+        type=Path,
+        default=Path("slurm_jobs"),
+        help="submitit logs, pickles and the run report",
+    )
+    common.add_argument("--local", action="store_true", help="submitit's local executor")
+    common.add_argument("--wait", action="store_true", help="wait and print the report")
+    ray = sub.add_parser("ray", parents=[common], help="Ray cluster inside one allocation")
+    ray.add_argument("--nodes", type=int, default=1)
+    ray.add_argument("--cpus-per-node", type=int, default=2)
+    ray.add_argument("--gpus-per-node", type=int, default=0)
+    ray.add_argument("--mem-gb", type=float, default=8)
+    ray.add_argument("--port", type=int, default=6379)
+    ray.add_argument("--head-ip", default=None, help="default: the first node's address")
+    array = sub.add_parser("array", parents=[common], help="array of shard tasks + reduce job")
+    array.add_argument("--tasks", type=int, default=4)
+    array.add_argument("--cpus-per-task", type=int, default=1)
+    array.add_argument("--gpus-per-task", type=int, default=0)
+    array.add_argument("--mem-gb", type=float, default=4)
+    args, overrides = parser.parse_known_args(argv)
+    overrides = [o for o in overrides if o != "--"]
+    try:
+        cfg = job_config(overrides)
+        folder = args.folder.resolve()
+        if args.mode == "ray":
+            job = submit_ray(
+                cfg,
+                folder,
+                args.nodes,
+                args.cpus_per_node,
+                args.gpus_per_node,
+                args.mem_gb,
+                args.time_min,
+                args.partition,
+                args.port,
+                args.head_ip,
+                args.local,
+            )
+            print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
+            final = job
+        else:
+            jobs, final = submit_array(
+                cfg,
+                folder,
+                args.tasks,
+                args.cpus_per_task,
+                args.gpus_per_task,
+                args.mem_gb,
+                args.time_min,
+                args.partition,
+                args.local,
+            )
+            ids = ", ".join(j.job_id for j in jobs) or "none (all shards committed)"
+            print(f"submitted array tasks {ids}; reduce job {final.job_id} runs after them")
+            print(f"logs: {folder}")
+        if args.wait:
+            summary = final.results()[0]
+            print(f"done: report {summary['report']}")
+    except TrakDistError as e:
+        print(f"launch.slurm: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The SLURM launchers against a real single-node SLURM (slurmctld, slurmd, slurmdbd, munge)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+from clusters import LOOPBACK_ENV, free_port
+from pipeline import CHUNK, LAMBDA, P, job_scores, small_job, traker_scores
+from torch.utils.data import Dataset
+
+from launch.slurm import submit_array, submit_ray
+from trak_dist.examples import digits
+from trak_dist.store import FeatureStore
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+# the SLURM jobs unpickle what this module defines (a slow dataset) without importing it
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, digits_checkpoints):
+    return traker_scores(tmp_path_factory.mktemp("ref") / "s.zarr", digits_checkpoints)
+
+
+def close(a, b, rel=1e-5):
+    np.testing.assert_allclose(a, b, rtol=rel, atol=rel * np.abs(b).max())
+
+
+def test_array_mode_reduces_after_its_tasks(
+    slurm, tmp_path, digits_checkpoints, reference, monkeypatch
+):
+    monkeypatch.chdir(ROOT)  # jobs start in the submitting directory and import launch/ there
+    cfg = small_job(tmp_path / "s.zarr", digits_checkpoints, shard_rows=256)
+    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    assert len(jobs) == 2
+    summary = reduce.result()
+    results = [j.result() for j in jobs]
+    assert sum(r["rows_computed"] for r in results) == 2 * (1500 + 297)
+    assert Path(summary["report"]).is_file()
+    close(job_scores(cfg), reference)
+
+
+def test_ray_mode_runs_a_cluster_inside_the_allocation(
+    slurm, tmp_path, digits_checkpoints, reference, monkeypatch
+):
+    monkeypatch.chdir(ROOT)
+    for key, value in LOOPBACK_ENV.items():  # sbatch exports the environment to the job
+        monkeypatch.setenv(key, value)
+    cfg = small_job(tmp_path / "s.zarr", digits_checkpoints, shard_rows=256)
+    job = submit_ray(
+        cfg,
+        tmp_path / "jobs",
+        nodes=1,
+        cpus_per_node=2,
+        mem_gb=8,
+        partition=slurm,
+        port=free_port(),
+        head_ip="127.0.0.1",
+        timeout_min=10,
+    )
+    summary = job.result()
+    assert summary["nodes"] == 1 and summary["rows_computed"]["train"] == 2 * 1500
+    close(job_scores(cfg), reference)
+    job.get_info(mode="force")
+    assert job.state == "COMPLETED"
+    left = subprocess.run(["pgrep", "-f", f"gcs_server.*{cfg.store.path}"], capture_output=True)
+    assert left.returncode == 1  # nothing of the job's Ray survives it
+
+
+def test_hydra_submitit_launcher_sweep_featurises_once(slurm, tmp_path, digits_checkpoints):
+    ckpts = ",".join(str(c) for c in digits_checkpoints)
+    cmd = [
+        sys.executable,
+        "-c",
+        "from trak_dist.cli import main; main()",
+        "-m",
+        "hydra/launcher=submitit_slurm",
+        f"hydra.launcher.partition={slurm}",
+        "hydra.launcher.timeout_min=10",
+        "hydra.launcher.mem_gb=4",
+        "hydra.launcher.cpus_per_task=1",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "proj_dim=32,64",
+        f"lambda_reg={LAMBDA}",
+        f"store.path={tmp_path / 's.zarr'}",
+        f"model.checkpoints=[{ckpts}]",
+        f"store.chunk_rows={CHUNK}",
+        "progress=false",
+        "featurize.half_precision=false",
+        "cluster.num_workers=1",
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    reports = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/trak_report.json")]
+    assert sorted(r["variants"][0]["proj_dim"] for r in reports) == [32, 64]
+    featurised = sum(sum(r["rows_computed"].values()) for r in reports)
+    assert featurised == 2 * (1500 + 297)  # one featurisation at proj_dim 64 serves both
+    assert (tmp_path / "sweep" / "sweep_summary.md").is_file()
+    assert len(list((tmp_path / "sweep" / ".submitit").glob("*"))) >= 2  # one job per point
+
+
+class SlowDigits(Dataset):
+    """Digits, 4 ms per item: slow enough to interrupt an array task mid-way."""
+
+    def __init__(self, split: str) -> None:
+        self.data = digits.train_set() if split == "train" else digits.target_set()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return self.data[i]
+
+
+def test_requeued_array_task_resumes_from_the_store(
+    slurm, tmp_path, digits_checkpoints, reference, monkeypatch
+):
+    import dataclasses
+
+    from trak_dist.config import DataConfig
+
+    monkeypatch.chdir(ROOT)
+    cfg = small_job(tmp_path / "s.zarr", digits_checkpoints, shard_rows=256)
+    cfg = dataclasses.replace(
+        cfg, data=DataConfig(train=SlowDigits("train"), targets=SlowDigits("targets"))
+    )
+    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=1, partition=slurm, timeout_min=10)
+    rows = FeatureStore.open(cfg.store.path).train_rows(0)
+    deadline = time.time() + 120
+    while rows.done_chunks().sum() < 2:  # a few chunks committed, most still to do
+        assert time.time() < deadline, "the array task never committed a chunk"
+        time.sleep(0.2)
+    jobs[0]._interrupt()  # preemption: SIGTERM then submitit's USR signal → requeue
+    result = jobs[0].result()  # the requeued run's
+    assert result["rows_reused"] >= 2 * CHUNK  # it skipped what was committed before
+    assert result["rows_computed"] + result["rows_reused"] == 2 * (1500 + 297)
+    reduce.result()
+    close(job_scores(cfg), reference)
+    assert P == 64
