@@ -86,9 +86,6 @@ def test_ray_job_submit_with_the_working_dir(tmp_path, monkeypatch, digits_check
     reference = traker_scores(tmp_path / "ref.zarr", digits_checkpoints)
     # the job inherits the head's environment: put the interpreter's scripts on its PATH
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    # a head that has run a job drains for 30 s on SIGTERM, waiting on the GCS that the same
-    # signal to its process group has already stopped; a throwaway head need not drain
-    monkeypatch.setenv("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     store, out_dir = tmp_path / "s.zarr", tmp_path / "out"
     ckpts = ",".join(str(c) for c in digits_checkpoints)
     entrypoint = [

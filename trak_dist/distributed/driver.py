@@ -36,7 +36,15 @@ def _absolute_store(cfg: JobConfig) -> JobConfig:
     """Workers run in their own working directory (or on another node): ship absolute paths."""
     if "://" in cfg.store.path:
         return cfg
-    store = dataclasses.replace(cfg.store, path=str(Path(cfg.store.path).resolve()))
+    path = Path(cfg.store.path)
+    if not path.is_absolute() and cfg.cluster.kind != "local":
+        logger.warning(
+            "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "
+            "job submit`, the job's temporary directory). Give a shared absolute path.",
+            path,
+            path.resolve(),
+        )
+    store = dataclasses.replace(cfg.store, path=str(path.resolve()))
     return dataclasses.replace(cfg, store=store)
 
 
