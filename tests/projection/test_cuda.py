@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import rademacher_entry
 
 from trak_dist.errors import ConfigError, CudaExtUnavailableError
 from trak_dist.projection import TorchProjector, _cuda, make_projector, rademacher_block
@@ -36,7 +37,6 @@ EXPORTS = (
     "trak_proj_p_tile_host",
     "trak_proj_split_f32_host",
 )
-MASK = 0xFFFFFFFF
 GPU = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine after `make cuda`",
@@ -126,22 +126,6 @@ def test_library_loads_without_gpu(lib: CudaLibrary) -> None:
 # ---- the compiled hash against the reference, bit for bit --------------------------------------
 
 
-def _philox_scalar(ctr: tuple[int, int, int, int], key: tuple[int, int]) -> tuple[int, ...]:
-    c0, c1, c2, c3 = ctr
-    k0, k1 = key
-    for r in range(10):
-        if r:
-            k0, k1 = (k0 + 0x9E3779B9) & MASK, (k1 + 0xBB67AE85) & MASK
-        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK, (p0 >> 32) ^ c3 ^ k1, p0 & MASK
-    return c0, c1, c2, c3
-
-
-def _sign_scalar(seed: int, model_id: int, i: int, j: int) -> int:
-    x = _philox_scalar((i & MASK, i >> 32, j >> 7, model_id), (seed & MASK, seed >> 32))
-    return -1 if (x[(j >> 5) & 3] >> (j & 31)) & 1 else 1
-
-
 SIGN_CASES = [
     # seed, model_id, row0, nrows, col0, ncols
     (0, 0, 0, 40, 0, 300),
@@ -164,7 +148,9 @@ def test_host_signs_at_the_top_of_the_row_range(lib: CudaLibrary) -> None:
     # Rows ≥ 2**63 do not fit torch's int64 reference; check against Python integers.
     seed, model_id, row0, col0 = 2**64 - 1, 7, 2**64 - 6, 2**32 - 130
     got = lib.signs_host(seed, model_id, row0, 6, col0, 130)
-    ref = [[_sign_scalar(seed, model_id, row0 + r, col0 + c) for c in range(130)] for r in range(6)]
+    ref = [
+        [rademacher_entry(seed, model_id, row0 + r, col0 + c) for c in range(130)] for r in range(6)
+    ]
     assert got.tolist() == ref
 
 
