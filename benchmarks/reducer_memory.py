@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._synthetic import synthetic_spec
 from benchmarks._table import table
 from trak_dist.scoring import xtx_from_rows
-from trak_dist.store import FeatureSpec, FeatureStore
+from trak_dist.store import FeatureStore
 
 CHILD = """
 import json, sys, psutil
@@ -38,18 +39,7 @@ print(json.dumps({"before": before, "peak": int(hwm.split()[1]) * 1024}))
 
 
 def build(path: Path, n: int, m: int, p: int) -> None:
-    spec = FeatureSpec(
-        proj_dim=p,
-        projection="rademacher",
-        seed=0,
-        grad_wrt=None,
-        model_output="bench",
-        grad_dim=p,
-        train_size=n,
-        dataset_fingerprint="r",
-        dtype="float16",
-        chunk_rows=4096,
-    )
+    spec = synthetic_spec(n, p, chunk_rows=4096)
     store = FeatureStore.create_or_open(path, spec)
     rng = np.random.default_rng(0)
     rows = store.ensure_checkpoint(0)

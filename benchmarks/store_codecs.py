@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks._synthetic import synthetic_spec
 from benchmarks._table import table
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import TorchProjector
-from trak_dist.store import CODECS, FeatureSpec, FeatureStore
+from trak_dist.store import CODECS, FeatureStore
 from trak_dist.tasks import ImageClassification
 
 CHUNK = 256
@@ -47,18 +48,7 @@ def du(path: Path) -> int:
 
 def measure(codec: str, data: np.ndarray, root: Path) -> list[object]:
     n, p = data.shape
-    spec = FeatureSpec(
-        proj_dim=p,
-        projection="rademacher",
-        seed=0,
-        grad_wrt=None,
-        model_output="bench",
-        grad_dim=1,
-        train_size=n,
-        dataset_fingerprint="b",
-        dtype="float16",
-        chunk_rows=CHUNK,
-    )
+    spec = synthetic_spec(n, p, chunk_rows=CHUNK)
     path = root / f"{codec}.zarr"
     rows = FeatureStore.create_or_open(path, spec, codec).ensure_checkpoint(0)
     t0 = time.perf_counter()

@@ -37,12 +37,26 @@ logger = logging.getLogger("trak_dist")
 
 
 class _RowTracker:
-    """Rows written by this process into partly done chunks; commits a chunk once it is full."""
+    """Rows written by this process into partly done chunks; commits a chunk once it is full.
+
+    Also the ``num_samples=`` cursor: consecutive calls fill consecutive rows, as in traker.
+    """
 
     def __init__(self, rows: RowSet) -> None:
         self.rows = rows
         self.done = np.repeat(rows.done_chunks(), rows.chunk_rows)[: rows.n]
         self.committed = self.done.copy()
+        self.cursor = 0
+
+    def take(self, inds: Iterable[int] | None, num_samples: int | None) -> np.ndarray:
+        """The rows of the next batch: ``inds``, or the next ``num_samples`` rows."""
+        if (inds is None) == (num_samples is None):
+            raise ConfigError("pass exactly one of inds= and num_samples=.")
+        if inds is not None:
+            return np.asarray(inds, dtype=np.int64).reshape(-1)
+        rows = np.arange(self.cursor, self.cursor + int(num_samples), dtype=np.int64)  # type: ignore[arg-type]
+        self.cursor += len(rows)
+        return rows
 
     def pending(self, inds: np.ndarray) -> np.ndarray:
         return ~self.done[inds]
@@ -60,14 +74,6 @@ class _RowTracker:
             self.rows.commit_chunks(np.asarray(fresh))
             for c in fresh:
                 self.committed[c * self.rows.chunk_rows : (c + 1) * self.rows.chunk_rows] = True
-
-
-def _indices(start: int, inds: Iterable[int] | None, num_samples: int | None) -> np.ndarray:
-    if (inds is None) == (num_samples is None):
-        raise ConfigError("pass exactly one of inds= and num_samples=.")
-    if inds is not None:
-        return np.asarray(inds, dtype=np.int64).reshape(-1)
-    return np.arange(start, start + int(num_samples), dtype=np.int64)  # type: ignore[arg-type]
 
 
 class TRAKer:
@@ -155,10 +161,7 @@ class TRAKer:
         )
         self._model_id: int | None = None
         self._train: _RowTracker | None = None
-        self._last_ind = 0
-        self._exp: str | None = None
         self._targets: _RowTracker | None = None
-        self._last_ind_target = 0
 
     def _load(self, checkpoint: Mapping[str, Tensor]) -> str:
         self.computer.load_state_dict(dict(checkpoint))
@@ -174,7 +177,6 @@ class TRAKer:
         fingerprint = self._load(checkpoint)
         self._train = _RowTracker(self.store.ensure_checkpoint(model_id, fingerprint))
         self._model_id = int(model_id)
-        self._last_ind = 0
 
     def featurize(
         self,
@@ -183,19 +185,33 @@ class TRAKer:
         num_samples: int | None = None,
     ) -> None:
         """Project the per-sample gradients of ``batch`` into rows ``inds`` of X (and Q)."""
-        if self._train is None or self._model_id is None:
+        if self._train is None:
             raise StoreStateError("call load_checkpoint(checkpoint, model_id) before featurize.")
-        rows = _indices(self._last_ind, inds, num_samples)
-        if num_samples is not None:
-            self._last_ind += int(num_samples)
-        todo = self._train.pending(rows)
+        self._write(self._train, batch, inds, num_samples, with_q=True)
+
+    def _write(
+        self,
+        tracker: _RowTracker,
+        batch: Sequence[Tensor],
+        inds: Iterable[int] | None,
+        num_samples: int | None,
+        with_q: bool,
+    ) -> None:
+        """Featurise the rows of ``batch`` not yet committed (a rerun skips the others)."""
+        assert self._model_id is not None  # set together with every tracker
+        rows = tracker.take(inds, num_samples)
+        todo = tracker.pending(rows)
         if not todo.any():
             logger.debug("all %d samples of this batch are already featurised", len(rows))
             return
-        sub = [b[torch.as_tensor(todo)] for b in batch] if not todo.all() else list(batch)
-        x, q = self.featurizer.featurize(sub, self._model_id)
-        self._train.rows.write_indices(rows[todo], x.numpy(), q.numpy())
-        self._train.mark(rows[todo])
+        sub = list(batch) if todo.all() else [b[torch.as_tensor(todo)] for b in batch]
+        if with_q:
+            x, q = self.featurizer.featurize(sub, self._model_id)
+            tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy())
+        else:
+            x = self.featurizer.project(sub, self._model_id)
+            tracker.rows.write_indices(rows[todo], x.numpy())
+        tracker.mark(rows[todo])
 
     def finalize_features(
         self, model_ids: Iterable[int] | None = None, del_grads: bool = False
@@ -221,8 +237,7 @@ class TRAKer:
         self._load(checkpoint)
         self.store.ensure_experiment(exp_name, num_targets, None)
         self._targets = _RowTracker(self.store.ensure_target_checkpoint(exp_name, model_id))
-        self._exp, self._model_id = exp_name, int(model_id)
-        self._last_ind_target = 0
+        self._model_id = int(model_id)
 
     def score(
         self,
@@ -231,20 +246,14 @@ class TRAKer:
         num_samples: int | None = None,
     ) -> None:
         """Featurise a batch of targets for the current scoring checkpoint."""
-        if self._targets is None or self._model_id is None:
+        if self._targets is None:
             raise StoreStateError("call start_scoring_checkpoint(...) before score.")
-        rows = _indices(self._last_ind_target, inds, num_samples)
-        if num_samples is not None:
-            self._last_ind_target += int(num_samples)
-        x = self.featurizer.project(batch, self._model_id)
-        self._targets.rows.write_indices(rows, x.numpy())
-        self._targets.mark(rows)
+        self._write(self._targets, batch, inds, num_samples, with_q=False)
 
     def finalize_scores(
         self, exp_name: str, model_ids: Iterable[int] | None = None, allow_skip: bool = False
     ) -> np.ndarray:
         """``[n, m]`` float32 scores averaged over checkpoints (traker's formula)."""
-        self._last_ind_target = 0
         ids = self.store.checkpoint_ids() if model_ids is None else list(model_ids)
         if allow_skip:
             ready = []

@@ -1,26 +1,16 @@
 import numpy as np
 import pytest
 
+from benchmarks._synthetic import synthetic_spec
 from trak_dist.errors import StoreStateError
 from trak_dist.scoring import compute_scores, xtx_from_rows
-from trak_dist.store import FeatureSpec, FeatureStore
+from trak_dist.store import FeatureStore
 
 N, M, P = 150, 23, 12
 
 
 def filled_store(path, ids=(0, 1), seed=0):
-    spec = FeatureSpec(
-        proj_dim=P,
-        projection="rademacher",
-        seed=0,
-        grad_wrt=None,
-        model_output="x",
-        grad_dim=100,
-        train_size=N,
-        dataset_fingerprint="d",
-        dtype="float32",
-        chunk_rows=32,
-    )
+    spec = synthetic_spec(N, P, dtype="float32", chunk_rows=32)
     store = FeatureStore.create_or_open(path, spec)
     rng = np.random.default_rng(seed)
     data = {}
