@@ -107,14 +107,15 @@ def test_ray_job_submit_with_the_working_dir(tmp_path, monkeypatch, digits_check
     with clusters.ray_head(dashboard=True) as head:
         cmd = [str(BIN / "ray"), "job", "submit", "--address", head["dashboard"]]
         cmd += ["--working-dir", str(ROOT), "--", *entrypoint]
-        deadline = time.time() + 60
+        deadline = time.time() + 120
         while True:
             out = subprocess.run(
                 cmd, capture_output=True, text=True, env=clusters.env(), timeout=300, cwd=tmp_path
             )
             # a fresh head's dashboard answers before its job agent has registered; the
             # submission is then refused before anything runs, so trying again is safe
-            if "No available agent to submit job" not in out.stderr or time.time() > deadline:
+            refused = "No available agent to submit job" in out.stdout + out.stderr
+            if not refused or time.time() > deadline:
                 break
             time.sleep(2)
     log = out.stdout + out.stderr

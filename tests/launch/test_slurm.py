@@ -68,7 +68,13 @@ def test_ray_mode_runs_a_cluster_inside_the_allocation(
     summary = job.result()
     assert summary["nodes"] == 1 and summary["rows_computed"]["train"] == 2 * 1500
     close(job_scores(cfg), reference)
-    job.get_info(mode="force")
+    deadline = time.time() + 120  # the result exists before SLURM has recorded the job's end
+    while True:
+        job.get_info(mode="force")
+        if job.state not in ("PENDING", "RUNNING", "COMPLETING", "UNKNOWN"):
+            break
+        assert time.time() < deadline, f"the job is still {job.state}"
+        time.sleep(1)
     assert job.state == "COMPLETED"
     left = subprocess.run(["pgrep", "-f", f"gcs_server.*{cfg.store.path}"], capture_output=True)
     assert left.returncode == 1  # nothing of the job's Ray survives it
