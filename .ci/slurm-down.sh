@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Stop what .ci/slurm-up.sh started, by PID file, in reverse order.
-for f in /run/slurmd.pid /run/slurmctld.pid /run/slurmdbd.pid /run/mysqld/mysqld.pid \
-         /run/munge/munged.pid; do
+# Stop what .ci/slurm-up.sh started, by PID file, in reverse order. A PID file whose PID is now
+# another program (a stale file from an earlier boot) is removed without killing anything.
+for entry in /run/slurmd.pid:slurmd /run/slurmctld.pid:slurmctld /run/slurmdbd.pid:slurmdbd \
+             /run/mysqld/mysqld.pid:mariadbd /run/munge/munged.pid:munged; do
+  f=${entry%%:*} name=${entry##*:}
   [ -f "$f" ] || continue
   pid=$(cat "$f")
-  kill "$pid" 2>/dev/null
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  if grep -qx "$name" "/proc/$pid/comm" 2>/dev/null; then
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  fi
   rm -f "$f"
 done

@@ -9,7 +9,22 @@ CPUS=$(nproc)
 MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
 export DEBIAN_FRONTEND=noninteractive
 PKGS="munge slurmctld slurmd slurm-client slurmdbd mariadb-server"
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A PID file left by an earlier boot can name a PID that is now another process: a daemon is
+# alive only when the PID's command name matches too and it is not a zombie (PID 1 in a container
+# may not reap).
+alive() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  grep -qx "$2" "/proc/$pid/comm" 2>/dev/null && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$pid/stat"
+}
+# wait_for SECONDS LOG CMD...: poll CMD every 0.2 s; on timeout print the tail of LOG and fail.
+wait_for() {
+  local secs=$1 log=$2; shift 2
+  for _ in $(seq $(( secs * 5 ))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "slurm-up: timed out after ${secs}s waiting for: $*" >&2
+  tail -n 30 "$log" >&2 2>/dev/null || true
+  return 1
+}
 
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
   apt-get update -qq
@@ -58,12 +73,18 @@ NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${MEM} State=UNKNOWN
 PartitionName=debug Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP
 CONF
 
-alive /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid
-if ! alive /run/mysqld/mysqld.pid; then
+# Sockets and PID files of daemons that are not running are stale (an earlier boot left them):
+# remove them, or a wait for "socket exists" returns before the new daemon listens.
+if ! alive /run/munge/munged.pid munged; then
+  rm -f /run/munge/munged.pid /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock
+  runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid
+fi
+if ! alive /run/mysqld/mysqld.pid mariadbd; then
+  rm -f /run/mysqld/mysqld.pid /run/mysqld/mysqld.sock
   (runuser -u mysql -- /usr/sbin/mariadbd --socket=/run/mysqld/mysqld.sock \
      --pid-file=/run/mysqld/mysqld.pid --bind-address=127.0.0.1 >/var/log/slurm/mariadb.log 2>&1 &)
-  for _ in $(seq 100); do [ -S /run/mysqld/mysqld.sock ] && break; sleep 0.1; done
 fi
+wait_for 60 /var/log/slurm/mariadb.log mysqladmin --socket=/run/mysqld/mysqld.sock ping
 mysql -uroot -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db; \
   CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; \
   GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
@@ -81,11 +102,18 @@ StorageUser=slurm
 StoragePass=slurmpw
 CONF
 chmod 600 /etc/slurm/slurmdbd.conf
-if ! alive /run/slurmdbd.pid; then
+if ! alive /run/slurmdbd.pid slurmdbd; then
+  rm -f /run/slurmdbd.pid
   /usr/sbin/slurmdbd
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/6819) 2>/dev/null && break; sleep 0.1; done
 fi
-alive /run/slurmctld.pid || /usr/sbin/slurmctld -c   # -c: forget jobs of an earlier run
-alive /run/slurmd.pid || /usr/sbin/slurmd
-for _ in $(seq 150); do sinfo -h -o %T 2>/dev/null | grep -qE "idle|mix" && break; sleep 0.2; done
+wait_for 30 /var/log/slurm/slurmdbd.log bash -c 'exec 3<>/dev/tcp/127.0.0.1/6819'
+if ! alive /run/slurmctld.pid slurmctld; then
+  rm -f /run/slurmctld.pid
+  /usr/sbin/slurmctld -c   # -c: forget jobs of an earlier run
+fi
+if ! alive /run/slurmd.pid slurmd; then
+  rm -f /run/slurmd.pid
+  /usr/sbin/slurmd
+fi
+wait_for 30 /var/log/slurm/slurmctld.log bash -c 'sinfo -h -o %T | grep -qE "idle|mix"'
 sinfo
