@@ -43,6 +43,14 @@ def _wait_port(port: int, timeout: float) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+AGENT_PORT_FLAGS = (
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
+
+
 @contextlib.contextmanager
 def ray_head(dashboard: bool = False, cpus: int = 2) -> Iterator[dict[str, str]]:
     """A real Ray head; yields {"address": "127.0.0.1:PORT", "dashboard": "http://…"}."""
@@ -58,6 +66,10 @@ def ray_head(dashboard: bool = False, cpus: int = 2) -> Iterator[dict[str, str]]
         f"--num-cpus={cpus}",
         "--object-store-memory=268435456",
         f"--include-dashboard={'true' if dashboard else 'false'}",
+        # Ray's per-node agents default to fixed ports (52365, …): a second cluster on this
+        # machine (the tests' in-process one) would leave this head's job agent without its
+        # HTTP port, and `ray job submit` is then refused with "No available agent" for good.
+        *(f"--{flag}={free_port()}" for flag in AGENT_PORT_FLAGS),
     ]
     if dashboard:
         cmd += ["--dashboard-host=127.0.0.1", f"--dashboard-port={dash}"]
