@@ -21,27 +21,14 @@ namespace trak_proj {
 
 enum class Mode : int { kF16 = 0, kBF16 = 1, kF32x2 = 2, kF32x3 = 3 };
 
+// What a mode means for the kernel: bytes per G element, bf16 terms per G element (fp32 is split
+// into 2 or 3), and whether the MMA takes fp16 (otherwise bf16) inputs.
 template <Mode M>
-struct ModeTraits;
-template <>
-struct ModeTraits<Mode::kF16> {
-  static constexpr int kInBytes = 2, kTerms = 1;
-  static constexpr bool kF16Mma = true;
-};
-template <>
-struct ModeTraits<Mode::kBF16> {
-  static constexpr int kInBytes = 2, kTerms = 1;
-  static constexpr bool kF16Mma = false;
-};
-template <>
-struct ModeTraits<Mode::kF32x2> {
-  static constexpr int kInBytes = 4, kTerms = 2;
-  static constexpr bool kF16Mma = false;
-};
-template <>
-struct ModeTraits<Mode::kF32x3> {
-  static constexpr int kInBytes = 4, kTerms = 3;
-  static constexpr bool kF16Mma = false;
+struct ModeTraits {
+  static constexpr bool kF32 = M == Mode::kF32x2 || M == Mode::kF32x3;
+  static constexpr int kInBytes = kF32 ? 4 : 2;
+  static constexpr int kTerms = M == Mode::kF32x3 ? 3 : M == Mode::kF32x2 ? 2 : 1;
+  static constexpr bool kF16Mma = M == Mode::kF16;
 };
 
 constexpr int kThreads = 256;
