@@ -9,14 +9,7 @@ CPUS=$(nproc)
 MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
 export DEBIAN_FRONTEND=noninteractive
 PKGS="munge slurmctld slurmd slurm-client slurmdbd mariadb-server"
-# A PID file left by an earlier boot can name a PID that is now another process: a daemon is
-# alive only when the PID's command name matches too and it is not a zombie (PID 1 in a container
-# may not reap).
-alive() {
-  local pid
-  pid=$(cat "$1" 2>/dev/null) || return 1
-  grep -qx "$2" "/proc/$pid/comm" 2>/dev/null && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$pid/stat"
-}
+source "$(dirname "$0")/daemons.sh"   # alive PIDFILE NAME
 # wait_for SECONDS LOG CMD...: poll CMD every 0.2 s; on timeout print the tail of LOG and fail.
 wait_for() {
   local secs=$1 log=$2; shift 2
