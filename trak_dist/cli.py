@@ -186,7 +186,25 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+# ``trak-dist <name> …``: commands outside the Hydra job, each "module:function" taking the
+# remaining arguments and returning an exit code. Hydra's own argument parser sees everything
+# else (overrides, -m, --help).
+SUBCOMMANDS: dict[str, str] = {}
+
+
+def _subcommand(argv: list[str]) -> int | None:
+    if len(argv) < 2 or argv[1] not in SUBCOMMANDS:
+        return None
+    import importlib
+
+    module, _, name = SUBCOMMANDS[argv[1]].partition(":")
+    return int(getattr(importlib.import_module(module), name)(argv[2:]))
+
+
 def main() -> None:
     """Console entry point."""
+    code = _subcommand(sys.argv)
+    if code is not None:
+        raise SystemExit(code)
     sys.argv = sweep_width(sys.argv)
     _app()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor
 
+from trak_dist.batches import Batch, micro_batches
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import GradBlock, Projector
@@ -41,16 +40,11 @@ class Featurizer:
         # traker 0.3.2 divides by sqrt(d) computed in float32; so do we, for identical numbers.
         self.normalize_factor = torch.sqrt(torch.tensor(d, dtype=torch.float32))
 
-    def _micro_batches(self, batch: Sequence[Tensor]) -> list[list[Tensor]]:
-        size = batch[0].shape[0]
-        step = size if self.micro_batch is None else self.micro_batch
-        return [[b[i : i + step] for b in batch] for i in range(0, size, step)]
-
-    def project(self, batch: Sequence[Tensor], model_id: int) -> Tensor:
+    def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
         out = []
         offsets = self.computer.layout.offsets
-        for mb in self._micro_batches(batch):
+        for mb in micro_batches(batch, self.micro_batch):
             grads = self.computer.per_sample_grads(mb)
             blocks = [
                 GradBlock(o, g.reshape(g.shape[0], -1))
@@ -61,8 +55,9 @@ class Featurizer:
             del grads, blocks
         return torch.cat(out)
 
-    def featurize(self, batch: Sequence[Tensor], model_id: int) -> tuple[Tensor, Tensor]:
+    def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
         """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
         x = self.project(batch, model_id)
-        q = torch.cat([self.computer.out_to_loss(mb).cpu() for mb in self._micro_batches(batch)])
+        pieces = micro_batches(batch, self.micro_batch)
+        q = torch.cat([self.computer.out_to_loss(mb).cpu() for mb in pieces])
         return x, q

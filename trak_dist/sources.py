@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import default_collate
 
+from trak_dist.batches import Batch
 from trak_dist.errors import ConfigError
 
 
@@ -85,7 +86,10 @@ def build_dataset(ref: Any, kwargs: dict[str, Any], what: str) -> Any:
     return ds
 
 
-def batch_of(dataset: Any, start: int, end: int) -> list[Tensor]:
-    """Items ``[start, end)`` collated into a list of batched tensors."""
+def batch_of(dataset: Any, start: int, end: int) -> Batch:
+    """Items ``[start, end)`` collated: a list of batched tensors, or a dict of them when the
+    items are dicts (Hugging Face style)."""
     batch = default_collate([dataset[i] for i in range(start, end)])
+    if isinstance(batch, Mapping):
+        return dict(batch)
     return list(batch) if isinstance(batch, Sequence) else [batch]

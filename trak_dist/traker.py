@@ -11,7 +11,7 @@ features Φ are never materialised (scores are computed as X (X_t K⁻¹)ᵀ).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from trak_dist.batches import Batch, select
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
@@ -180,7 +181,7 @@ class TRAKer:
 
     def featurize(
         self,
-        batch: Sequence[Tensor],
+        batch: Batch,
         inds: Iterable[int] | None = None,
         num_samples: int | None = None,
     ) -> None:
@@ -192,7 +193,7 @@ class TRAKer:
     def _write(
         self,
         tracker: _RowTracker,
-        batch: Sequence[Tensor],
+        batch: Batch,
         inds: Iterable[int] | None,
         num_samples: int | None,
         with_q: bool,
@@ -204,7 +205,7 @@ class TRAKer:
         if not todo.any():
             logger.debug("all %d samples of this batch are already featurised", len(rows))
             return
-        sub = list(batch) if todo.all() else [b[torch.as_tensor(todo)] for b in batch]
+        sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
         if with_q:
             x, q = self.featurizer.featurize(sub, self._model_id)
             tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy())
@@ -241,7 +242,7 @@ class TRAKer:
 
     def score(
         self,
-        batch: Sequence[Tensor],
+        batch: Batch,
         inds: Iterable[int] | None = None,
         num_samples: int | None = None,
     ) -> None:

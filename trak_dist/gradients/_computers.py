@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from trak_dist.batches import Batch, batch_size, slice_batch, to_device
 from trak_dist.gradients._layout import ParamLayout
+
+
+def _samples(batch: Batch) -> list[Any]:
+    """The positional arguments a task's ``get_output`` takes after the weights: the batch's
+    tensors in order, or the whole dict for a dict batch (one argument)."""
+    return [batch] if isinstance(batch, Mapping) else list(batch)
 
 
 class GradientComputer:
@@ -50,23 +57,23 @@ class GradientComputer:
         self.frozen = {k: v for k, v in params.items() if k not in chosen}
         self.buffers = {k: v.detach() for k, v in model.named_buffers()}
 
-    def _output(self, selected: dict[str, Tensor], *sample: Tensor) -> Tensor:
+    def _output(self, selected: dict[str, Tensor], *sample: Any) -> Tensor:
         weights = {**self.frozen, **selected}
         return self.task.get_output(self.model, weights, self.buffers, *sample)
 
-    def per_sample_grads(self, batch: Sequence[Tensor]) -> dict[str, Tensor]:
+    def per_sample_grads(self, batch: Batch) -> dict[str, Tensor]:
         """``{name: [B, *param.shape]}`` in ``layout`` order."""
-        batch = [b.to(self.device) for b in batch]
+        samples = _samples(to_device(batch, self.device))
         grad_fn = torch.func.grad(self._output, argnums=0)
-        in_dims = (None, *([0] * len(batch)))
+        in_dims = (None, *([0] * len(samples)))
         grads = torch.func.vmap(grad_fn, in_dims=in_dims, randomness="different")(
-            self.selected, *batch
+            self.selected, *samples
         )
         return {k: grads[k] for k in self.layout.names}
 
-    def out_to_loss(self, batch: Sequence[Tensor]) -> Tensor:
+    def out_to_loss(self, batch: Batch) -> Tensor:
         """Q for the batch, ``[B]`` float32."""
-        batch = [b.to(self.device) for b in batch]
+        batch = to_device(batch, self.device)
         weights = {**self.frozen, **self.selected}
         with torch.no_grad():
             q = self.task.get_out_to_loss_grad(self.model, weights, self.buffers, batch)
@@ -79,11 +86,18 @@ class IterativeGradientComputer(GradientComputer):
     Slow; a fallback for models torch.func cannot trace, and the tests' reference.
     """
 
-    def per_sample_grads(self, batch: Sequence[Tensor]) -> dict[str, Tensor]:
-        batch = [b.to(self.device) for b in batch]
+    def per_sample_grads(self, batch: Batch) -> dict[str, Tensor]:
+        batch = to_device(batch, self.device)
         leaves = {k: v.clone().requires_grad_(True) for k, v in self.selected.items()}
         rows: list[tuple[Tensor, ...]] = []
-        for k in range(batch[0].shape[0]):
-            out = self._output(leaves, *(b[k] for b in batch))
+        for k in range(batch_size(batch)):
+            sample = slice_batch(batch, k, k + 1)
+            out = self._output(leaves, *(_squeeze0(s) for s in _samples(sample)))
             rows.append(torch.autograd.grad(out, list(leaves.values())))
         return {name: torch.stack([r[j] for r in rows]) for j, name in enumerate(self.layout.names)}
+
+
+def _squeeze0(sample: Any) -> Any:
+    if isinstance(sample, Mapping):
+        return {k: v[0] for k, v in sample.items()}
+    return sample[0]

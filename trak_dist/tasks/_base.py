@@ -24,6 +24,17 @@ class ModelOutput(ABC):
     - ``get_out_to_loss_grad(model, weights, buffers, batch)``: Q for a batch, shape ``[B]`` or
       ``[B, 1]``: the derivative of the loss with respect to f.
 
+    Optionally, for the module-hook gradient engine (no vmap, so any model that runs forward and
+    backward works):
+
+    - ``get_outputs(model, batch)``: f for every sample of a batch, ``[B]``, from a plain call of
+      ``model`` (its own parameters, no ``functional_call``). Sample i's output must depend on
+      sample i only (the model is in eval mode), so that the gradient of the sum is the sum of
+      the per-sample gradients.
+
+    A batch is a tuple of tensors, or a dict of them (Hugging Face style); for a dict batch,
+    ``get_output`` receives one dict (a sample's tensors) after ``buffers``.
+
     Example:
         >>> import torch
         >>> from trak_dist.tasks import ModelOutput

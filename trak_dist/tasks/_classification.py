@@ -28,6 +28,11 @@ class ImageClassification(ModelOutput):
         logits = torch.func.functional_call(model, (weights, buffers), (image.unsqueeze(0),))
         return margin(logits, label.unsqueeze(0)).sum()
 
+    def get_outputs(self, model: nn.Module, batch: Sequence[Tensor]) -> Tensor:
+        """``[B]`` margins from a plain forward pass (the hook engine's entry)."""
+        images, labels = batch
+        return margin(model(images), labels)
+
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
     ) -> Tensor:
@@ -61,6 +66,12 @@ class TextClassification(ModelOutput):
             model, weights, buffers, ids.unsqueeze(0), types.unsqueeze(0), mask.unsqueeze(0)
         )
         return margin(logits, label.unsqueeze(0)).sum()
+
+    def get_outputs(self, model: nn.Module, batch: Sequence[Tensor]) -> Tensor:
+        """``[B]`` margins from a plain forward pass (the hook engine's entry)."""
+        ids, types, mask, labels = batch
+        out = model(input_ids=ids, token_type_ids=types, attention_mask=mask)
+        return margin(out.logits if hasattr(out, "logits") else out, labels)
 
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
