@@ -149,6 +149,12 @@ class ScoringConfig:
     def __post_init__(self) -> None:
         _one_of(self, "kinv_scaling", KINV_SCALINGS)
         _positive(self, "topk", "train_block", "target_block")
+        if self.topk > self.train_block:
+            raise ConfigError(
+                f"ScoringConfig.topk={self.topk} exceeds ScoringConfig.train_block="
+                f"{self.train_block}: each train block must hold at least top-k rows. Raise "
+                "scoring.train_block or lower scoring.topk."
+            )
         if not self.exp_name or "/" in self.exp_name:
             raise ConfigError(f"exp_name={self.exp_name!r}; expected a non-empty name without '/'.")
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor
 
-from trak_dist.batches import Batch, micro_batches
-from trak_dist.errors import ConfigError
+from trak_dist.batches import Batch, batch_size, micro_batches
+from trak_dist.errors import ConfigError, LabelError
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import GradBlock, Projector
 
@@ -41,11 +44,16 @@ class Featurizer:
         self.normalize_factor = torch.sqrt(torch.tensor(d, dtype=torch.float32))
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
-        """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
+        """``[B, p]`` float32 projected, scaled gradients (on the CPU).
+
+        Raises:
+            LabelError: a label is outside the model's classes (positions in ``batch``).
+        """
         out = []
         offsets = self.computer.layout.offsets
-        for mb in micro_batches(batch, self.micro_batch):
-            grads = self.computer.per_sample_grads(mb)
+        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
+            with _in_batch(start, mb):
+                grads = self.computer.per_sample_grads(mb)
             blocks = [
                 GradBlock(o, g.reshape(g.shape[0], -1))
                 for o, g in zip(offsets, grads.values(), strict=True)
@@ -57,7 +65,27 @@ class Featurizer:
 
     def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
         """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
-        x = self.project(batch, model_id)
-        pieces = micro_batches(batch, self.micro_batch)
-        q = torch.cat([self.computer.out_to_loss(mb).cpu() for mb in pieces])
-        return x, q
+        # Q first: it sees the labels outside vmap, so a bad label is named before any
+        # gradient is spent on the batch
+        qs = []
+        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
+            with _in_batch(start, mb):
+                qs.append(self.computer.out_to_loss(mb).cpu())
+        q = torch.cat(qs)
+        return self.project(batch, model_id), q
+
+
+def _offsets(pieces: list[Batch]) -> Iterator[tuple[int, Batch]]:
+    start = 0
+    for mb in pieces:
+        yield start, mb
+        start += batch_size(mb)
+
+
+@contextmanager
+def _in_batch(start: int, mb: Batch) -> Iterator[None]:
+    """Restate a LabelError's micro-batch positions as positions in the whole batch."""
+    try:
+        yield
+    except LabelError as e:
+        raise e.at(range(start, start + batch_size(mb)), "batch positions") from None

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from trak_dist.batches import Batch, select
-from trak_dist.errors import ConfigError, StoreStateError
+from trak_dist.errors import ConfigError, LabelError, StoreStateError
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import IdentityProjector, ProjectionKind, Projector, make_projector
@@ -206,12 +206,15 @@ class TRAKer:
             logger.debug("all %d samples of this batch are already featurised", len(rows))
             return
         sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
-        if with_q:
-            x, q = self.featurizer.featurize(sub, self._model_id)
-            tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy())
-        else:
-            x = self.featurizer.project(sub, self._model_id)
-            tracker.rows.write_indices(rows[todo], x.numpy())
+        try:
+            if with_q:
+                x, q = self.featurizer.featurize(sub, self._model_id)
+                tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy())
+            else:
+                x = self.featurizer.project(sub, self._model_id)
+                tracker.rows.write_indices(rows[todo], x.numpy())
+        except LabelError as e:
+            raise e.at(rows[todo], "train rows" if with_q else "target rows") from None
         tracker.mark(rows[todo])
 
     def finalize_features(

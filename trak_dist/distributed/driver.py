@@ -19,13 +19,14 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from tqdm.auto import tqdm
 
+from trak_dist import failures
 from trak_dist.config import JobConfig
 from trak_dist.distributed import _ray
 from trak_dist.distributed._prepare import Prepared, prepare
 from trak_dist.distributed._queue import TaskQueue
 from trak_dist.distributed._state import DriverState, JobResult
 from trak_dist.distributed._tasks import ShardResult, ShardTask
-from trak_dist.errors import WorkerFailedError
+from trak_dist.errors import TrakDistError, WorkerFailedError
 from trak_dist.store import store_lock
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ def run_job(
     started = False
     state = DriverState(TaskQueue())
     reducer = None
+    interrupted = False
     try:
         # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
         # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
@@ -91,16 +93,16 @@ def run_job(
             phases["worker_start"] = ready - t1
             phases["featurize"] = time.perf_counter() - ready
             t2 = time.perf_counter()
-            ray.get(state.finish_refs)
+            _get(state.finish_refs)
             ids = list(range(len(prep.checkpoints)))
-            conditioning = ray.get(reducer.factorize.remote(ids, proj_dims))
+            conditioning = _get(reducer.factorize.remote(ids, proj_dims))
             phases["reduce"] = time.perf_counter() - t2
         t3 = time.perf_counter()
         scores = []
         s = cfg.scoring
         for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
             scores.append(
-                ray.get(
+                _get(
                     reducer.score.remote(
                         s.exp_name,
                         ids,
@@ -114,9 +116,13 @@ def run_job(
                 )
             )
         phases["score"] = time.perf_counter() - t3
+    except KeyboardInterrupt:
+        interrupted = True  # Ctrl-C: no polite wait for the shards in flight
+        raise
     finally:
-        _ray.stop(state.workers if keep_alive or reducer is None else [*state.workers, reducer])
-        if started and not keep_alive:
+        actors = state.workers if keep_alive or reducer is None else [*state.workers, reducer]
+        _ray.stop(actors, force=interrupted)
+        if started and (interrupted or not keep_alive):
             ray.shutdown()
     phases["total"] = time.perf_counter() - t0
     return JobResult(
@@ -134,6 +140,17 @@ def run_job(
         task_retries=state.retries,
         conditioning=conditioning,
     )
+
+
+def _get(refs: Any) -> Any:
+    """``ray.get``, raising an expected failure of the reducer as itself (no Ray wrapper)."""
+    try:
+        return ray.get(refs)
+    except RayTaskError as e:
+        cause = failures.unwrap(e)
+        if cause is not e and failures.describe(cause) is not None:
+            raise cause from e
+        raise
 
 
 def _featurize(
@@ -207,8 +224,11 @@ def _started(cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any) -> No
     except RayActorError as e:
         if e.actor_init_failed:
             # the constructor raised (bad config, unreadable store, import error): every
-            # replacement would fail the same way
-            raise WorkerFailedError(f"a worker failed to start: {e}") from e
+            # replacement would fail the same way. Ray keeps only the text of its traceback.
+            raise WorkerFailedError(
+                f"a worker failed to start: {failures.last_error_line(str(e))}. Fix the cause "
+                "and rerun (TRAK_DIST_DEBUG=1 shows the worker's traceback)."
+            ) from e
         _replace(cfg, prep, state, slot, f"worker {slot} failed to start", e)
         return
     state.last_progress = time.perf_counter()
@@ -260,13 +280,18 @@ def _collect(
     except RayActorError as e:
         _replace(cfg, prep, state, slot, f"worker {slot} died running {task}", e)
     except RayTaskError as e:
+        cause = failures.unwrap(e)
+        if isinstance(cause, TrakDistError):
+            # raised on purpose (bad data, a mismatched store): a retry would only repeat it
+            raise cause from e
+        what = (failures.describe(cause) or failures.gist(cause)).rstrip(".")
         if task.attempt >= cfg.featurize.max_task_retries:
             raise WorkerFailedError(
                 f"{task} failed {task.attempt + 1} times (featurize.max_task_retries="
-                f"{cfg.featurize.max_task_retries}); last error: {e.cause!r}. Fix the cause and "
+                f"{cfg.featurize.max_task_retries}); last error: {what}. Fix the cause and "
                 "rerun: committed chunks are kept."
             ) from e
-        logger.warning("%s failed (%r); retrying", task, e.cause)
+        logger.warning("%s failed (%s); retrying", task, what)
         state.idle.append(slot)
     state.retries += 1
     state.pending.push_front(task.retry())

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from trak_dist.errors import StoreStateError
-from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.errors import ConfigError, NonFiniteError, StoreStateError
+from trak_dist.scoring._factor import Factorization, check_lambda, gram
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
 from trak_dist.store._zarr import array
 
@@ -63,6 +63,19 @@ def _merge_topk(
     return vals, idx
 
 
+def _refuse_non_finite(block: torch.Tensor, r0: int, t0: int, exp: str, variant: str) -> None:
+    """A NaN score means damaged stored features (non-finite rows are never committed)."""
+    bad = ~torch.isfinite(block)
+    if bool(bad.any()):
+        rows, cols = bad.nonzero(as_tuple=True)
+        raise NonFiniteError(
+            f"scores {exp}/{variant} are non-finite at {int(bad.sum())} entries, e.g. train row "
+            f"{r0 + int(rows[0])} × target {t0 + int(cols[0])}: the stored features or Q of "
+            "those rows hold NaN/inf (a damaged store). Featurise again into a new store (or "
+            "store.overwrite=true)."
+        )
+
+
 def compute_scores(
     store: FeatureStore,
     exp: str,
@@ -85,6 +98,14 @@ def compute_scores(
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)
+    # refused here, before create_scores replaces whatever scores the store already holds
+    if not isinstance(lambda_reg, str):  # a name (e.g. "auto") is resolved further down
+        check_lambda(float(lambda_reg))
+    if train_block < min(topk, n):
+        raise ConfigError(
+            f"scoring.topk={topk} exceeds scoring.train_block={train_block}: each train block "
+            "must hold at least top-k rows. Raise train_block or lower topk."
+        )
     if p > spec.proj_dim:
         raise StoreStateError(
             f"proj_dim={p} exceeds the store's featurised proj_dim={spec.proj_dim}; "
@@ -150,6 +171,7 @@ def compute_scores(
                 acc.addmm_(x, yb.T)
                 qbar += torch.as_tensor(rs.read_q(r0, r1), device=device)
             block = (acc / len(ids)) * (qbar / len(ids))[:, None]
+            _refuse_non_finite(block, r0, t0, exp, name)
             sset.write_block(r0, t0, block.cpu().numpy())
             best = _merge_topk(best, block, r0, k)
             worst = _merge_topk(worst, -block, r0, k)

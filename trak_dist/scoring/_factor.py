@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from trak_dist.errors import ConfigError, IllConditionedError
+from trak_dist.errors import ConfigError, IllConditionedError, NonFiniteError
 
 logger = logging.getLogger(__name__)
 KINV_SCALINGS = ("mean_abs", "none")
@@ -20,6 +21,14 @@ def gram(x: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> np
     the same whichever worker computed them)."""
     t = torch.as_tensor(x).to(device=device, dtype=torch.float64)
     return (t.T @ t).cpu().numpy()
+
+
+def check_lambda(lambda_reg: float) -> None:
+    """Refuse a λ that is negative, NaN or infinite (NaN passes ``< 0`` and poisons every score)."""
+    if not (math.isfinite(lambda_reg) and lambda_reg >= 0):
+        raise ConfigError(
+            f"lambda_reg={lambda_reg}; expected a finite value ≥ 0 (e.g. lambda_reg=1e-2)."
+        )
 
 
 @dataclass(frozen=True)
@@ -49,8 +58,7 @@ class Factorization:
         Raises:
             IllConditionedError: XᵀX + λI is singular to float64 precision.
         """
-        if lambda_reg < 0:
-            raise ConfigError(f"lambda_reg={lambda_reg}; expected a value ≥ 0.")
+        check_lambda(lambda_reg)
         if scaling not in KINV_SCALINGS:
             raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
         self.check_conditioning(lambda_reg, context)
@@ -62,6 +70,12 @@ class Factorization:
 
     def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
         """The condition number of XᵀX + λI; raises when it is numerically singular."""
+        if not np.isfinite(self.eigenvalues).all():
+            raise NonFiniteError(
+                f"XᵀX{f' ({context})' if context else ''} has non-finite eigenvalues: the stored "
+                "features it was built from hold NaN/inf (a damaged store). Featurise again into "
+                "a new store (or store.overwrite=true)."
+            )
         e = self.eigenvalues + lambda_reg
         top = float(e.max())
         low = float(e.min())

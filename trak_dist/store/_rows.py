@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import ConfigError
+from trak_dist.errors import ConfigError, NonFiniteError
 from trak_dist.store._zarr import array
 
 
@@ -119,13 +119,25 @@ class RowSet:
         """Write arbitrary rows. Single writer only: misaligned concurrent writes lose rows."""
         self._write(np.asarray(inds, dtype=np.int64), x, q)
 
+    def describe(self) -> str:
+        """Whose rows these are, for messages: ``train rows of model_id=0``."""
+        parts = self.group.path.strip("/").split("/")
+        if parts[0] == "train" and len(parts) == 2:
+            return f"train rows of model_id={parts[1]}"
+        if parts[0] == "targets" and len(parts) == 3:
+            return f"target rows of experiment {parts[1]!r}, model_id={parts[2]}"
+        return f"rows of {self.group.path}"
+
     def _write(self, rows: slice | np.ndarray, x: np.ndarray, q: np.ndarray | None) -> None:
         if x.shape[1] != self.proj_dim:
             raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
+        stored = x.astype(self.X.dtype, copy=False)
+        index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+        refuse_non_finite(stored, x, q, index, self.describe())
         if isinstance(rows, slice):
-            self.X[rows] = x.astype(self.X.dtype, copy=False)
+            self.X[rows] = stored
         else:
-            self.X.set_orthogonal_selection((rows, slice(None)), x.astype(self.X.dtype))
+            self.X.set_orthogonal_selection((rows, slice(None)), stored)
         if q is not None and self.Q is not None:
             if isinstance(rows, slice):
                 self.Q[rows] = q.astype(np.float32, copy=False)
@@ -149,3 +161,41 @@ class RowSet:
         if self.Q is None:
             raise ConfigError("this row set stores no Q (target rows have none).")
         return np.asarray(self.Q[start:end])
+
+
+def refuse_non_finite(
+    stored: np.ndarray, raw: np.ndarray, q: np.ndarray | None, rows: np.ndarray, who: str
+) -> None:
+    """Raise NonFiniteError unless every row is finite as stored (before anything is written).
+
+    Args:
+        stored: ``[B, p]`` rows in the store's dtype.
+        raw: the same rows as computed (float32), to tell overflow in float16 from NaN input.
+        q: ``[B]`` out-to-loss weights, or None.
+        rows: ``[B]`` dataset row of each.
+        who: whose rows (``RowSet.describe``).
+    """
+    # one pass over a chunk: negligible next to the gradients that produced it
+    bad_x = ~np.isfinite(stored).all(axis=1)
+    bad_q = np.zeros_like(bad_x) if q is None else ~np.isfinite(q)
+    if not (bad_x.any() or bad_q.any()):
+        return
+    bad = bad_x | bad_q
+    shown = rows[bad][:10].tolist()
+    more = " …" if int(bad.sum()) > 10 else ""
+    what = "projected gradients" if bad_x.any() else "Q (out-to-loss weights)"
+    head = (
+        f"non-finite {what} in {who}, rows {shown}{more} ({int(bad.sum())} of the {len(rows)} "
+        "being written): nothing was written or committed."
+    )
+    if bad_x.any() and np.isfinite(raw[bad_x]).all():
+        largest = float(np.abs(raw[bad_x]).max())
+        raise NonFiniteError(
+            f"{head} Their values (max |x| = {largest:.3g}) overflow the store's {stored.dtype}; "
+            "store float32 features instead (featurize.half_precision=false, or "
+            "use_half_precision=False) in a new store."
+        )
+    raise NonFiniteError(
+        f"{head} Check those samples for NaN/inf values or labels outside the model's classes, "
+        "and the checkpoint for NaN/inf weights; then rerun: committed chunks are kept."
+    )
