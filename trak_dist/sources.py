@@ -77,7 +77,16 @@ def load_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str,
     """
     try:
         state = torch.load(path, map_location=device, weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile) as e:
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise  # the path, not the file's content: failures.describe says so
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        OSError,  # a truncated zip archive can fail its seek with EINVAL
+        zipfile.BadZipFile,
+    ) as e:
         raise ConfigError(
             f"checkpoint {path} could not be loaded ({gist(e)}). It is truncated or corrupt, or "
             "holds more than a state dict (weights-only loading refuses code): save it again "

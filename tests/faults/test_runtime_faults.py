@@ -8,6 +8,7 @@ CLI cases run `trak-dist` in a subprocess; Python cases share the session's Ray.
 from __future__ import annotations
 
 import glob
+import http.client
 import ipaddress
 import json
 import os
@@ -24,6 +25,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from faults.fault_data import FAULT_DATA
 from pipeline import CHUNK, LAMBDA, P, traker_scores
 
 import trak_dist
@@ -49,38 +51,6 @@ from trak_dist.store import FeatureStore, variant_name
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 N_TRAIN, N_TARGETS = 1500, 297
 RESUME_LINE = "trak-dist: interrupted; committed chunks are kept: rerun the same command to resume."
-
-# The user's data module: digits, with faults listed in files next to it ("nan:17" poisons a
-# pixel of row 17, "-1:17" sets its label), read by every worker.
-FAULT_DATA = """
-from pathlib import Path
-
-from torch.utils.data import TensorDataset
-
-from trak_dist.examples import digits
-
-HERE = Path(__file__).parent
-
-
-def _faulty(ds, name):
-    x, y = (t.clone() for t in ds.tensors)
-    path = HERE / name
-    for fault in path.read_text().split() if path.exists() else []:
-        what, row = fault.split(":")
-        if what == "nan":
-            x[int(row), 5] = float("nan")
-        else:
-            y[int(row)] = int(what)
-    return TensorDataset(x, y)
-
-
-def train_set():
-    return _faulty(digits.train_set(), "train_faults")
-
-
-def target_set():
-    return _faulty(digits.target_set(), "target_faults")
-"""
 
 
 @pytest.fixture(scope="module")
@@ -289,9 +259,7 @@ def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, re
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=180)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _kill(proc)
     assert proc.returncode == 130
     assert err.strip().splitlines() == [RESUME_LINE]
     assert len(job) >= 4, "the job's Ray processes were not seen"
@@ -305,6 +273,14 @@ def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, re
     report = json.loads((user / "out" / "trak_report.json").read_text())
     assert report["rows_reused"]["train"] >= kept_rows
     assert_same_scores(store, reference)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """After a failed assertion: the job's whole process group, and its pipes closed."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.stdout is not None and not proc.stdout.closed:
+        proc.communicate()
 
 
 def _gone(procs: list[psutil.Process], timeout: float) -> list[str]:
@@ -333,8 +309,8 @@ def _serves_metrics(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
             return r.status == 200 and b"# TYPE" in r.read(65536)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+        return False  # not HTTP (gRPC speaks HTTP/2 only), or refused
 
 
 @pytest.mark.slow
@@ -354,6 +330,7 @@ def test_oversized_local_run_is_capped_and_listens_on_loopback_only(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     sockets: dict[tuple[str, int], str] = {}
     metrics: list[str] = []
@@ -381,9 +358,7 @@ def test_oversized_local_run_is_capped_and_listens_on_loopback_only(
             time.sleep(0.3)
         out, err = proc.communicate(timeout=600)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     assert proc.returncode == 0, err[-3000:]
     cpus = machine_cpus()
     warning = f"cluster.num_workers=1000 but the cluster fits {cpus} workers"
@@ -476,7 +451,11 @@ def test_api_errors_inside_actors_arrive_unwrapped(ray_session, tmp_path, digits
     """An unexpected error in a worker fails its shard (retries spent) as one line with its
     cause; an expected error of the reducer (singular XᵀX: 48 rows, p=64, λ=0) is itself."""
 
+    driver = os.getpid()
+
     def flaky():
+        import os
+
         import torch as t
 
         class Flaky(t.utils.data.Dataset):
@@ -484,7 +463,7 @@ def test_api_errors_inside_actors_arrive_unwrapped(ray_session, tmp_path, digits
                 return 512
 
             def __getitem__(self, i):
-                if i == 300:
+                if i == 300 and os.getpid() != driver:  # the driver reads rows too
                     raise RuntimeError("disk hiccup reading row 300")
                 return t.zeros(64), t.tensor(0)
 
@@ -502,7 +481,6 @@ def test_api_errors_inside_actors_arrive_unwrapped(ray_session, tmp_path, digits
             _digits("train", rows=48),
             _digits("targets"),
             lambda_reg=0.0,
-            sections={"store": StoreConfig(chunk_rows=16)},
         )
     assert "n=48" in _clean(e.value, IllConditionedError)
 

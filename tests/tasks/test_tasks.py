@@ -79,3 +79,45 @@ def test_traker_tasks_are_accepted_unchanged():
 def test_docstring_examples_run():
     result = doctest.testmod(trak_dist.tasks._base, raise_on_error=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_labels_outside_the_classes_are_named_not_wrapped():
+    """−1 used to index the last class silently. Outside vmap it is a LabelError naming the
+    positions; inside vmap (labels unreadable) only its own sample's output turns NaN."""
+    from helpers import classification_data, mlp
+
+    from trak_dist.errors import LabelError
+    from trak_dist.featurize import Featurizer
+    from trak_dist.projection import make_projector
+
+    logits = torch.randn(5, 3)
+    with pytest.raises(LabelError, match=r"\[-1, 3\] at batch positions \[1, 4\]") as e:
+        margin(logits, torch.tensor([0, -1, 2, 1, 3]))
+    assert e.value.classes == 3 and "[0, 3)" in str(e.value)
+    moved = e.value.at([10, 11, 12, 13, 14], "train set rows")
+    assert moved.positions == [11, 14] and "train set rows [11, 14]" in str(moved)
+
+    model = mlp()
+    x, y = classification_data(10)
+    bad = y.clone()
+    bad[6] = -1
+    clean = GradientComputer(model, ImageClassification()).per_sample_grads((x, y))
+    grads = GradientComputer(model, ImageClassification()).per_sample_grads((x, bad))
+    for name, g in grads.items():
+        rows = torch.isfinite(g.reshape(10, -1)).all(1)
+        assert rows.tolist() == [i != 6 for i in range(10)]
+        keep = torch.arange(10) != 6
+        torch.testing.assert_close(g[keep], clean[name][keep], rtol=0, atol=0)
+    with pytest.raises(LabelError, match=r"batch positions \[6\]"):
+        IterativeGradientComputer(model, ImageClassification()).per_sample_grads((x, bad))
+    # Q sees the labels outside vmap: the Featurizer names the position in the whole batch,
+    # across micro-batches, before computing any gradient
+    computer = GradientComputer(model, ImageClassification())
+    projector = make_projector("rademacher", computer.layout.grad_dim, 8, 0, "cpu")
+    with pytest.raises(LabelError, match=r"\[-1\] at batch positions \[6\]"):
+        Featurizer(computer, projector, micro_batch=4).featurize((x, bad), model_id=0)
+    high = y.clone()
+    high[2] = 3
+    ids = torch.zeros(10, 4, dtype=torch.long)
+    with pytest.raises(LabelError, match=r"\[3\] at batch positions \[2\]"):
+        TextClassification().get_outputs(TinyTextModel(), (ids, ids, torch.ones_like(ids), high))

@@ -8,6 +8,7 @@ failure, so rerunning a killed job resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -186,7 +187,7 @@ def _featurize(
                     _started(cfg, prep, state, ref)
                     continue
                 task, slot, xtx_ref = state.inflight.pop(ref)
-                result = _collect(cfg, prep, state, ref, task, slot)
+                result = _collect(cfg, prep, state, ref, task, slot, xtx_ref)
                 if result is None:
                     continue
                 state.last_progress = time.perf_counter()
@@ -271,8 +272,22 @@ def _fill(state: DriverState) -> None:
         state.inflight[meta] = (task, slot, xtx)
 
 
+def _consume(ref: Any) -> None:
+    """Read the failed task's other return (its error, ready with the first) so that Ray does
+    not print it as an "Unhandled error" traceback when the reference is dropped."""
+    # the same error, already being handled through the first reference
+    with contextlib.suppress(Exception):
+        ray.get(ref, timeout=1.0)
+
+
 def _collect(
-    cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any, task: ShardTask, slot: int
+    cfg: JobConfig,
+    prep: Prepared,
+    state: DriverState,
+    ref: Any,
+    task: ShardTask,
+    slot: int,
+    xtx_ref: Any,
 ) -> ShardResult | None:
     """The shard's result, or None after arranging a rerun (raises when out of retries)."""
     try:
@@ -280,11 +295,12 @@ def _collect(
     except RayActorError as e:
         _replace(cfg, prep, state, slot, f"worker {slot} died running {task}", e)
     except RayTaskError as e:
+        _consume(xtx_ref)
         cause = failures.unwrap(e)
         if isinstance(cause, TrakDistError):
             # raised on purpose (bad data, a mismatched store): a retry would only repeat it
             raise cause from e
-        what = (failures.describe(cause) or failures.gist(cause)).rstrip(".")
+        what = failures.gist(cause)
         if task.attempt >= cfg.featurize.max_task_retries:
             raise WorkerFailedError(
                 f"{task} failed {task.attempt + 1} times (featurize.max_task_retries="

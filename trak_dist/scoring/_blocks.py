@@ -47,7 +47,7 @@ def ensure_factor(
             f"model_id={model_id} has no XᵀX in {store.where}: its train features are not "
             "finalised. Run finalize_features (or the pipeline's featurise phase) first."
         )
-    factor = Factorization.of(xtx[:proj_dim, :proj_dim], n, device)
+    factor = Factorization.of(xtx[:proj_dim, :proj_dim], n, device, f"model_id={model_id}")
     store.write_factor(model_id, proj_dim, factor.eigenvalues, factor.eigenvectors)
     return factor
 

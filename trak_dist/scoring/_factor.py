@@ -23,6 +23,14 @@ def gram(x: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> np
     return (t.T @ t).cpu().numpy()
 
 
+def _damaged(context: str) -> str:
+    return (
+        f"XᵀX{f' ({context})' if context else ''} or its eigenvalues hold NaN/inf: the stored "
+        "features it was built from are damaged (non-finite rows are never committed). "
+        "Featurise again into a new store (or store.overwrite=true)."
+    )
+
+
 def check_lambda(lambda_reg: float) -> None:
     """Refuse a λ that is negative, NaN or infinite (NaN passes ``< 0`` and poisons every score)."""
     if not (math.isfinite(lambda_reg) and lambda_reg >= 0):
@@ -41,8 +49,15 @@ class Factorization:
 
     @classmethod
     def of(
-        cls, xtx: np.ndarray, train_size: int, device: torch.device | str = "cpu"
+        cls,
+        xtx: np.ndarray,
+        train_size: int,
+        device: torch.device | str = "cpu",
+        context: str = "",
     ) -> Factorization:
+        """Raises NonFiniteError for an XᵀX with NaN/inf entries (``context`` names it)."""
+        if not np.isfinite(xtx).all():
+            raise NonFiniteError(_damaged(context))
         t = torch.as_tensor(xtx, dtype=torch.float64, device=device)
         evals, evecs = torch.linalg.eigh((t + t.T) / 2)
         return cls(evals.cpu().numpy(), evecs.cpu().numpy(), train_size)
@@ -71,11 +86,7 @@ class Factorization:
     def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
         """The condition number of XᵀX + λI; raises when it is numerically singular."""
         if not np.isfinite(self.eigenvalues).all():
-            raise NonFiniteError(
-                f"XᵀX{f' ({context})' if context else ''} has non-finite eigenvalues: the stored "
-                "features it was built from hold NaN/inf (a damaged store). Featurise again into "
-                "a new store (or store.overwrite=true)."
-            )
+            raise NonFiniteError(_damaged(context))
         e = self.eigenvalues + lambda_reg
         top = float(e.max())
         low = float(e.min())

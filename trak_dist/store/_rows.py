@@ -131,7 +131,8 @@ class RowSet:
     def _write(self, rows: slice | np.ndarray, x: np.ndarray, q: np.ndarray | None) -> None:
         if x.shape[1] != self.proj_dim:
             raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
-        stored = x.astype(self.X.dtype, copy=False)
+        with np.errstate(over="ignore"):  # an overflow to inf is refused, with its cause, below
+            stored = x.astype(self.X.dtype, copy=False)
         index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
         refuse_non_finite(stored, x, q, index, self.describe())
         if isinstance(rows, slice):
