@@ -134,8 +134,8 @@ def committed_chunks(store: Path, kind: str = "train") -> set[tuple[str, int]]:
 
 
 def test_topk_above_train_block_is_one_line(tmp_path):
-    out = run_cli(["scoring.topk=20", "scoring.train_block=10", "progress=false"], tmp_path)
-    one_error_line(out, "ScoringConfig.topk=20 exceeds ScoringConfig.train_block=10")
+    out = run_cli(["scoring.topk=50", "scoring.train_block=10", "progress=false"], tmp_path)
+    one_error_line(out, "ScoringConfig.topk=50 exceeds ScoringConfig.train_block=10")
     assert out.returncode == 2
 
 

@@ -73,58 +73,61 @@ def run_job(
     state = DriverState(TaskQueue())
     reducer = None
     interrupted = False
-    try:
-        # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
-        # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
-        # shared factor arrays under each other's readers. Scoring writes per-variant arrays
-        # and runs unlocked, in parallel.
-        with store_lock(cfg.store.path):
-            prep = prepare(cfg)
-            variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
-            started = _ray.connect(cfg.cluster)
-            phases["setup"] = time.perf_counter() - t0
-            state.pending.extend(prep.train_tasks + prep.target_tasks)
-            for t in prep.train_tasks:
-                state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
-            reducer = _ray.Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
-            t1 = time.perf_counter()
-            proj_dims = sorted({p for p, _ in variants})
-            _featurize(cfg, prep, state, reducer, on_shard)
-            ready = state.first_ready or t1
-            phases["worker_start"] = ready - t1
-            phases["featurize"] = time.perf_counter() - ready
-            t2 = time.perf_counter()
-            _get(state.finish_refs)
-            ids = list(range(len(prep.checkpoints)))
-            conditioning = _get(reducer.factorize.remote(ids, proj_dims))
-            phases["reduce"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        scores = []
-        s = cfg.scoring
-        for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
-            scores.append(
-                _get(
-                    reducer.score.remote(
-                        s.exp_name,
-                        ids,
-                        p,
-                        lam,
-                        s.kinv_scaling,
-                        s.topk,
-                        s.train_block,
-                        s.target_block,
+    # Ctrl-C noted even while Ray blocks (see _interrupt.py); the previous handler after
+    with state.ctrl_c:
+        try:
+            # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
+            # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
+            # shared factor arrays under each other's readers. Scoring writes per-variant arrays
+            # and runs unlocked, in parallel.
+            with store_lock(cfg.store.path):
+                prep = prepare(cfg)
+                variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
+                started = _ray.connect(cfg.cluster)
+                phases["setup"] = time.perf_counter() - t0
+                state.pending.extend(prep.train_tasks + prep.target_tasks)
+                for t in prep.train_tasks:
+                    state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
+                reducer = _ray.Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
+                t1 = time.perf_counter()
+                proj_dims = sorted({p for p, _ in variants})
+                _featurize(cfg, prep, state, reducer, on_shard)
+                ready = state.first_ready or t1
+                phases["worker_start"] = ready - t1
+                phases["featurize"] = time.perf_counter() - ready
+                t2 = time.perf_counter()
+                _get(state, state.finish_refs)
+                ids = list(range(len(prep.checkpoints)))
+                conditioning = _get(state, reducer.factorize.remote(ids, proj_dims))
+                phases["reduce"] = time.perf_counter() - t2
+            t3 = time.perf_counter()
+            scores = []
+            s = cfg.scoring
+            for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
+                scores.append(
+                    _get(
+                        state,
+                        reducer.score.remote(
+                            s.exp_name,
+                            ids,
+                            p,
+                            lam,
+                            s.kinv_scaling,
+                            s.topk,
+                            s.train_block,
+                            s.target_block,
+                        ),
                     )
                 )
-            )
-        phases["score"] = time.perf_counter() - t3
-    except KeyboardInterrupt:
-        interrupted = True  # Ctrl-C: no polite wait for the shards in flight
-        raise
-    finally:
-        actors = state.workers if keep_alive or reducer is None else [*state.workers, reducer]
-        _ray.stop(actors, force=interrupted)
-        if started and (interrupted or not keep_alive):
-            ray.shutdown()
+            phases["score"] = time.perf_counter() - t3
+        except KeyboardInterrupt:
+            interrupted = True  # Ctrl-C: no polite wait for the shards in flight
+            raise
+        finally:
+            actors = state.workers if keep_alive or reducer is None else [*state.workers, reducer]
+            _ray.stop(actors, force=interrupted)
+            if started and (interrupted or not keep_alive):
+                ray.shutdown()
     phases["total"] = time.perf_counter() - t0
     return JobResult(
         store=cfg.store.path,
@@ -143,8 +146,14 @@ def run_job(
     )
 
 
-def _get(refs: Any) -> Any:
-    """``ray.get``, raising an expected failure of the reducer as itself (no Ray wrapper)."""
+def _get(state: DriverState, refs: Any) -> Any:
+    """``ray.get``, polled so that Ctrl-C is seen (``CtrlC``), raising an expected failure of
+    the reducer as itself (no Ray wrapper)."""
+    waiting = list(refs) if isinstance(refs, list) else [refs]
+    while waiting:
+        state.ctrl_c.check()
+        _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=POLL_S)
+    state.ctrl_c.check()
     try:
         return ray.get(refs)
     except RayTaskError as e:
@@ -180,6 +189,7 @@ def _featurize(
         while state.pending or state.inflight:
             _fill(state)
             ready, _ = ray.wait([*state.inflight, *state.starting], num_returns=1, timeout=POLL_S)
+            state.ctrl_c.check()
             if not ready:
                 _check_stalled(cfg, state)
             for ref in ready:
