@@ -8,9 +8,11 @@ from typing import Any
 from trak_dist.errors import ConfigError
 from trak_dist.tasks._base import ModelOutput, describe, margin
 from trak_dist.tasks._classification import ImageClassification, TextClassification
+from trak_dist.tasks._language import CausalLM
 
 __all__ = [
     "TASKS",
+    "CausalLM",
     "ImageClassification",
     "ModelOutput",
     "TextClassification",
@@ -20,6 +22,7 @@ __all__ = [
 ]
 
 TASKS: dict[str, type[ModelOutput]] = {
+    "causal_lm": CausalLM,
     "image_classification": ImageClassification,
     "text_classification": TextClassification,
 }
