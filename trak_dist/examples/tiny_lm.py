@@ -12,7 +12,8 @@ on first use and cached under ``$TRAK_DIST_CACHE`` (default ``.trak_cache``), li
         model.factory=trak_dist.examples.tiny_lm:make_model \\
         model.checkpoints=trak_dist.examples.tiny_lm:checkpoints \\
         data.train=trak_dist.examples.tiny_lm:train_set \\
-        data.targets=trak_dist.examples.tiny_lm:target_set
+        data.targets=trak_dist.examples.tiny_lm:target_set \\
+        proj_dim=256 lambda_reg=1e-2
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from trak_dist.examples._cache import cached_state, example_dir
@@ -94,23 +95,28 @@ def _split(targets: bool, limit: int | None, as_tuples: bool) -> Sequences:
         (name, p)
         for k, (name, p) in enumerate(_pieces())
         if (k % TARGET_EVERY == TARGET_EVERY - 1) == targets
-    ][:limit]
+    ]
+    if limit is not None and limit < len(chosen):
+        # evenly spaced, so that a small subset still covers every document
+        step = len(chosen) / limit
+        chosen = [chosen[int(k * step)] for k in range(limit)]
     return Sequences([p for _, p in chosen], [name for name, _ in chosen], as_tuples)
 
 
 def train_set(limit: int | None = None, as_tuples: bool = False) -> Sequences:
-    """The train pieces (587 with scikit-learn 1.x's texts), or the first ``limit``."""
+    """The train pieces (587 with scikit-learn 1.x's texts), or ``limit`` of them, evenly
+    spaced."""
     return _split(False, limit, as_tuples)
 
 
 def target_set(limit: int | None = None, as_tuples: bool = False) -> Sequences:
-    """Every 8th piece (83), or the first ``limit``."""
+    """Every 8th piece (83), or ``limit`` of them, evenly spaced."""
     return _split(True, limit, as_tuples)
 
 
 def make_model(
     n_embd: int = 64, n_layer: int = 2, n_head: int = 2, attn_implementation: str | None = None
-) -> torch.nn.Module:
+) -> nn.Module:
     """A ``GPT2LMHeadModel`` from a config (random weights; transformers' default attention
     unless ``attn_implementation`` is given, e.g. ``"eager"``, which also runs under vmap)."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -124,11 +130,17 @@ def make_model(
         bos_token_id=PAD,
         eos_token_id=PAD,
         pad_token_id=PAD,
-        # not in GPT2Config's typed signature: generic PretrainedConfig keywords
-        loss_type="ForCausalLM",  # type: ignore[call-arg]
-        attn_implementation=attn_implementation,
+        # a generic PretrainedConfig keyword, not in GPT2Config's typed signature
+        attn_implementation=attn_implementation,  # type: ignore[call-arg]
     )
     return GPT2LMHeadModel(config)
+
+
+def _next_token_loss(model: nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
+    """Mean cross-entropy of the real next tokens (padding left out)."""
+    z = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+    targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    return nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]), targets.reshape(-1))
 
 
 def _train(seed: int, epochs: int, n_embd: int) -> dict[str, Tensor]:
@@ -141,9 +153,8 @@ def _train(seed: int, epochs: int, n_embd: int) -> dict[str, Tensor]:
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         for idx in torch.randperm(len(ids), generator=gen).split(32):
-            labels = ids[idx].masked_fill(mask[idx] == 0, -100)
             opt.zero_grad()
-            model(input_ids=ids[idx], attention_mask=mask[idx], labels=labels).loss.backward()
+            _next_token_loss(model, ids[idx], mask[idx]).backward()
             opt.step()
     return model.state_dict()
 
@@ -167,7 +178,5 @@ def mean_loss(path: Path, n_embd: int = 64) -> float:
     model = make_model(n_embd).eval()
     model.load_state_dict(torch.load(path, weights_only=True))
     data = target_set()
-    labels = data.input_ids.masked_fill(data.attention_mask == 0, -100)
     with torch.no_grad():
-        out = model(input_ids=data.input_ids, attention_mask=data.attention_mask, labels=labels)
-    return float(out.loss)
+        return float(_next_token_loss(model, data.input_ids, data.attention_mask))
