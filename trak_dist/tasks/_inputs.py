@@ -3,6 +3,7 @@ model call shared by the text tasks."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -67,7 +68,8 @@ def logits(
                 f"{type(model).__name__} cannot run under torch.func.vmap: its forward reads "
                 f"tensor values to choose a branch ({_where(e)}), which vmap does not allow "
                 "(Hugging Face's attention-mask code does this for SDPA and for encoder models). "
-                "Use the module-hook gradient engine, which needs no vmap: gradient_engine=hooks. "
+                "Use the module-hook gradient engine, which needs no vmap: gradient_engine=hooks "
+                "(featurize.gradient_engine=hooks for trak-dist). "
                 "(Decoder-only models such as GPT-2 also run under vmap when built with "
                 "attn_implementation='eager'.)"
             ) from e
@@ -82,8 +84,6 @@ def _is_vmap_control_flow(e: RuntimeError) -> bool:
 
 def _where(e: BaseException) -> str:
     """The innermost frame outside torch, e.g. ``transformers/masking_utils.py:369``."""
-    import traceback
-
     frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename]
     if not frames:
         return "inside torch"

@@ -44,7 +44,9 @@ class CausalLM(ModelOutput):
 
     A batch is ``(input_ids, attention_mask)``, ``(input_ids, attention_mask, labels)`` (each
     ``[B, T]``), or a dict with ``input_ids``, optional ``attention_mask`` (all ones if absent),
-    ``labels``, ``token_type_ids`` and ``position_ids``; other keys are ignored.
+    ``labels``, ``token_type_ids`` and ``position_ids``; other keys are ignored. Pad on the
+    right, or pass ``position_ids`` with left padding (GPT-2 numbers positions from the first
+    column, padding included, when it gets none).
 
     Args:
         temperature: softmax temperature of Q.
