@@ -200,22 +200,18 @@ def cli_ok(out):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Small trained checkpoints of both examples (a few seconds each)."""
-    cache = str(tmp_path_factory.mktemp("cache"))
-    return {
-        "bert": tiny_bert.checkpoints(num=2, epochs=10, cache_dir=cache),
-        "gpt2": tiny_lm.checkpoints(num=2, epochs=2, cache_dir=cache, n_embd=32),
-    }
+def bert_trained(tmp_path_factory):
+    """Two trained tiny_bert checkpoints (a few seconds each)."""
+    return tiny_bert.checkpoints(num=2, epochs=10, cache_dir=str(tmp_path_factory.mktemp("c")))
 
 
 @pytest.mark.slow
 @pytest.mark.ray
 @needs_hooks
-def test_cli_bert_text_classification(trained, tmp_path):
+def test_cli_bert_text_classification(bert_trained, tmp_path):
     """``trak-dist model=custom`` on a stock BertForSequenceClassification, default attention:
     the top proponents of a target mostly carry its label (chance: 1/3)."""
-    paths = ",".join(str(p) for p in trained["bert"])
+    paths = ",".join(str(p) for p in bert_trained)
     out = trak_dist(
         [
             "model=custom",
@@ -242,11 +238,12 @@ def test_cli_bert_text_classification(trained, tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 @needs_hooks
-def test_cli_gpt2_causal_lm(trained, tmp_path):
+def test_cli_gpt2_causal_lm(lm_states, tmp_path):
     """``trak-dist model=custom task=causal_lm`` on a stock GPT2LMHeadModel, default attention,
     dict samples; the train set scored as targets: each piece of text is its own strongest
-    proponent (train and target features come from the same path)."""
-    paths = ",".join(str(p) for p in trained["gpt2"])
+    proponent (train and target features come from the same path; a property of TRAK with
+    proj_dim > n and small λ, so random-weight checkpoints do)."""
+    paths = ",".join(str(p) for p in lm_states)
     out = trak_dist(
         [
             "model=custom",
