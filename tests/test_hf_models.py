@@ -192,11 +192,33 @@ def test_run_on_ray_equals_traker(ray_session, lm_states, attn, tmp_path):
     np.testing.assert_allclose(result.scores(), ours, rtol=1e-4, atol=1e-4 * np.abs(ours).max())
 
 
-def cli_ok(out):
-    """The CLI run succeeded; its one-line error (exit 2) is re-raised as what it reports."""
+def run_example(tmp_path, example, task, checkpoints, *overrides):
+    """``trak-dist model=custom data=custom`` on ``trak_dist.examples.<example>``; the report.
+
+    A run that stops with the CLI's one-line error naming the hooks engine (exit 2) raises
+    that error as the ConfigError it reports.
+    """
+    paths = ",".join(str(p) for p in checkpoints)
+    out = trak_dist(
+        [
+            "model=custom",
+            "data=custom",
+            f"task={task}",
+            f"model.factory=trak_dist.examples.{example}:make_model",
+            f"model.checkpoints=[{paths}]",
+            f"data.train=trak_dist.examples.{example}:train_set",
+            "proj_dim=128",
+            "lambda_reg=1e-2",
+            "progress=false",
+            "hydra.run.dir=run",
+            *overrides,
+        ],
+        tmp_path,
+    )
     if out.returncode == 2 and "gradient_engine=hooks" in out.stderr:
         raise ConfigError(out.stderr.strip().splitlines()[-1])
     assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads((tmp_path / "run" / "trak_report.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -211,26 +233,14 @@ def bert_trained(tmp_path_factory):
 def test_cli_bert_text_classification(bert_trained, tmp_path):
     """``trak-dist model=custom`` on a stock BertForSequenceClassification, default attention:
     the top proponents of a target mostly carry its label (chance: 1/3)."""
-    paths = ",".join(str(p) for p in bert_trained)
-    out = trak_dist(
-        [
-            "model=custom",
-            "data=custom",
-            "task=text_classification",
-            "model.factory=trak_dist.examples.tiny_bert:make_model",
-            f"model.checkpoints=[{paths}]",
-            "data.train=trak_dist.examples.tiny_bert:train_set",
-            "data.targets=trak_dist.examples.tiny_bert:target_set",
-            "+data.kwargs.n=64",
-            "proj_dim=128",
-            "lambda_reg=1e-2",
-            "progress=false",
-            "hydra.run.dir=run",
-        ],
+    report = run_example(
         tmp_path,
+        "tiny_bert",
+        "text_classification",
+        bert_trained,
+        "data.targets=trak_dist.examples.tiny_bert:target_set",
+        "+data.kwargs.n=64",
     )
-    cli_ok(out)
-    report = json.loads((tmp_path / "run" / "trak_report.json").read_text())
     assert report["rows_computed"] == {"train": 2 * 64, "target": 2 * 64}
     assert report["variants"][0]["proponent_label_agreement"] > 0.6
 
@@ -243,27 +253,15 @@ def test_cli_gpt2_causal_lm(lm_states, tmp_path):
     dict samples; the train set scored as targets: each piece of text is its own strongest
     proponent (train and target features come from the same path; a property of TRAK with
     proj_dim > n and small λ, so random-weight checkpoints do)."""
-    paths = ",".join(str(p) for p in lm_states)
-    out = trak_dist(
-        [
-            "model=custom",
-            "data=custom",
-            "task=causal_lm",
-            "model.factory=trak_dist.examples.tiny_lm:make_model",
-            "+model.kwargs.n_embd=32",
-            f"model.checkpoints=[{paths}]",
-            "data.train=trak_dist.examples.tiny_lm:train_set",
-            "data.targets=trak_dist.examples.tiny_lm:train_set",
-            "+data.kwargs.limit=96",
-            "proj_dim=128",
-            "lambda_reg=1e-2",
-            "progress=false",
-            "hydra.run.dir=run",
-        ],
+    report = run_example(
         tmp_path,
+        "tiny_lm",
+        "causal_lm",
+        lm_states,
+        "+model.kwargs.n_embd=32",
+        "data.targets=trak_dist.examples.tiny_lm:train_set",
+        "+data.kwargs.limit=96",
     )
-    cli_ok(out)
-    report = json.loads((tmp_path / "run" / "trak_report.json").read_text())
     assert report["rows_computed"] == {"train": 2 * 96, "target": 2 * 96}
     sset = FeatureStore.open(report["store"], mode="r").score_set("targets", "p128_lambda0.01")
     top = sset.read_topk()["proponents_idx"][:, 0]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from trak_dist.batches import Batch
 from trak_dist.errors import ConfigError
-from trak_dist.tasks._base import ModelOutput, Params, margin, one_minus_p
-from trak_dist.tasks._inputs import as_batch, dict_labels, logits, model_inputs
+from trak_dist.tasks._base import BatchedOutput, ModelOutput, Params, margin, one_minus_p
+from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 
 class ImageClassification(ModelOutput):
@@ -45,7 +44,7 @@ class ImageClassification(ModelOutput):
         return one_minus_p(logits, labels, self.loss_temperature)
 
 
-class TextClassification(ModelOutput):
+class TextClassification(BatchedOutput):
     """f = log p/(1−p) of the label's class for sequence classifiers (e.g. a Hugging Face
     ``*ForSequenceClassification``), called as ``model(input_ids=, attention_mask=,
     [token_type_ids=])``; Q = 1 − p.
@@ -63,10 +62,6 @@ class TextClassification(ModelOutput):
     Args:
         temperature: softmax temperature of Q.
     """
-
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.loss_temperature = temperature
 
     @staticmethod
     def _split(batch: Batch) -> tuple[dict[str, Tensor], Tensor]:
@@ -90,20 +85,11 @@ class TextClassification(ModelOutput):
             f"(input_ids, attention_mask, label); got {len(batch)} tensors."
         )
 
-    def _margins(
+    def outputs(
         self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
     ) -> Tensor:
         inputs, labels = self._split(batch)
         return margin(logits(model, params, inputs), labels)
-
-    def get_output(
-        self, model: nn.Module, weights: Params, buffers: Params, *sample: Any
-    ) -> Tensor:
-        return self._margins(model, (weights, buffers), as_batch(sample)).sum()
-
-    def get_outputs(self, model: nn.Module, batch: Batch) -> Tensor:
-        """``[B]`` margins from a plain forward pass (the hook engine's entry)."""
-        return self._margins(model, None, batch)
 
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Batch

@@ -4,8 +4,7 @@ model call shared by the text tasks."""
 from __future__ import annotations
 
 import traceback
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -18,14 +17,6 @@ Params = dict[str, Tensor]
 # as Hugging Face's Trainer drops columns the model does not take.
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 LABEL_KEYS = ("labels", "label")
-
-
-def as_batch(sample: Sequence[Any]) -> Any:
-    """A vmap sample (no batch dimension) as a batch of one: the tensors of a tuple sample, or
-    the one dict of a dict sample, each with a leading dimension of 1."""
-    if len(sample) == 1 and isinstance(sample[0], Mapping):
-        return {k: v.unsqueeze(0) for k, v in sample[0].items()}
-    return [t.unsqueeze(0) for t in sample]
 
 
 def model_inputs(batch: Mapping[str, Tensor], what: str) -> dict[str, Tensor]:

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from trak_dist.batches import Batch
 from trak_dist.errors import ConfigError
-from trak_dist.tasks._base import ModelOutput, Params, margin
-from trak_dist.tasks._inputs import as_batch, dict_labels, logits, model_inputs
+from trak_dist.tasks._base import BatchedOutput, Params, margin
+from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 IGNORE_INDEX = -100  # Hugging Face's "no loss here" label
 
 
-class CausalLM(ModelOutput):
+class CausalLM(BatchedOutput):
     """TRAK's model output for next-token prediction (e.g. Hugging Face ``GPT2LMHeadModel``).
 
     The model is called as ``model(input_ids=, attention_mask=)`` and returns logits
@@ -52,10 +51,6 @@ class CausalLM(ModelOutput):
         temperature: softmax temperature of Q.
     """
 
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.loss_temperature = temperature
-
     @staticmethod
     def _split(batch: Batch) -> tuple[dict[str, Tensor], Tensor, Tensor]:
         """The model's keyword arguments, next-token targets ``[B, T-1]`` (0 where not
@@ -86,7 +81,7 @@ class CausalLM(ModelOutput):
             counted = counted & real[:, 1:] & real[:, :-1]
         return inputs, torch.where(counted, targets, 0), counted
 
-    def _margins(
+    def outputs(
         self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
     ) -> Tensor:
         inputs, targets, counted = self._split(batch)
@@ -94,15 +89,6 @@ class CausalLM(ModelOutput):
         per_token = margin(z.reshape(-1, z.shape[-1]), targets.reshape(-1)).view(targets.shape)
         # where, not a product: a position that does not count contributes exactly 0
         return torch.where(counted, per_token, 0).sum(dim=1)
-
-    def get_output(
-        self, model: nn.Module, weights: Params, buffers: Params, *sample: Any
-    ) -> Tensor:
-        return self._margins(model, (weights, buffers), as_batch(sample)).sum()
-
-    def get_outputs(self, model: nn.Module, batch: Batch) -> Tensor:
-        """``[B]`` summed margins from a plain forward pass (the hook engine's entry)."""
-        return self._margins(model, None, batch)
 
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Batch
