@@ -6,12 +6,13 @@ import importlib
 from typing import Any
 
 from trak_dist.errors import ConfigError
-from trak_dist.tasks._base import ModelOutput, describe, margin
+from trak_dist.tasks._base import BatchedOutput, ModelOutput, describe, margin
 from trak_dist.tasks._classification import ImageClassification, TextClassification
 from trak_dist.tasks._language import CausalLM
 
 __all__ = [
     "TASKS",
+    "BatchedOutput",
     "CausalLM",
     "ImageClassification",
     "ModelOutput",

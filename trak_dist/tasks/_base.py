@@ -32,6 +32,8 @@ class ModelOutput(ABC):
       sample i only (the model is in eval mode), so that the gradient of the sum is the sum of
       the per-sample gradients.
 
+    ``BatchedOutput`` derives both output entries from one batched ``outputs`` method.
+
     A batch is a tuple of tensors, or a dict of them (Hugging Face style); for a dict batch,
     ``get_output`` receives one dict (a sample's tensors) after ``buffers``.
 
