@@ -27,7 +27,7 @@ def test_help_lists_the_config_groups(tmp_path):
     for line in (
         "cluster: local, ray, slurm",
         "projection: identity, normal, rademacher",
-        "task: image_classification, text_classification",
+        "task: causal_lm, image_classification, text_classification",
         "data: custom, digits",
     ):
         assert line in out.stdout
