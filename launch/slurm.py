@@ -1,7 +1,7 @@
 """Run trak-dist on SLURM through submitit, in one of two modes.
 
-    python -m launch.slurm ray   --nodes 4 --gpus-per-node 1 --partition gpu -- proj_dim=2048
-    python -m launch.slurm array --tasks 16 --partition cpu -- proj_dim=2048 lambda_reg=1e-2
+    trak-dist-slurm ray   --nodes 4 --gpus-per-node 1 --partition gpu -- proj_dim=2048
+    trak-dist-slurm array --tasks 16 --partition cpu -- proj_dim=2048 lambda_reg=1e-2
 
 ``ray``: one allocation of N nodes; a Ray head on the first node, Ray workers on the others, the
 driver on the head; the cluster is torn down when the driver returns.
@@ -9,6 +9,8 @@ driver on the head; the cluster is torn down when the driver returns.
 (no Ray), then a dependent job that reduces and scores. Array tasks are submitit
 Checkpointables: a preempted or timed-out task is requeued and skips its committed chunks.
 Trailing arguments are trak-dist's Hydra overrides. ``--local`` uses submitit's local executor.
+``trak-dist-slurm`` is ``python -m trak_dist.launch.slurm`` (installed package) or
+``python -m launch.slurm`` (a checkout's root).
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from typing import Any
 
 import submitit
 
-from launch._array import ShardRunner, reduce_and_score, split
-from launch._compose import job_config
-from launch._ray_cluster import RayClusterJob
 from trak_dist import failures
 from trak_dist.config import JobConfig
 from trak_dist.distributed._prepare import prepare
 from trak_dist.errors import ConfigError, WorkerFailedError
 from trak_dist.store import store_lock
+
+# relative: this package is `launch` in a checkout and `trak_dist.launch` once installed
+from ._array import ShardRunner, reduce_and_score, split
+from ._compose import job_config
+from ._ray_cluster import RayClusterJob
 
 
 def executor(
@@ -112,9 +116,10 @@ def submit_array(
     return jobs, reduce
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    prog = prog or f"python -m {__spec__.name if __spec__ else 'launch.slurm'}"
     parser = argparse.ArgumentParser(
-        prog="python -m launch.slurm",
+        prog=prog,
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 2)[2],
@@ -146,14 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     try:
-        _submit(args, overrides)
+        _submit(args, overrides, prog)
     except SystemExit as e:  # failures.reported: one line on stderr, exit 2 (130 on Ctrl-C)
         return int(e.code or 0)
     return 0
 
 
-def _submit(args: argparse.Namespace, overrides: list[str]) -> None:
-    with failures.reported("launch.slurm"):
+def _submit(args: argparse.Namespace, overrides: list[str], prog: str) -> None:
+    with failures.reported(prog):
         folder = args.folder.resolve()
         try:
             _run(args, overrides, folder)

@@ -4,11 +4,13 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from trak_dist.cli import sweep_width
+from trak_dist.store._spec import FORMAT_VERSION
 
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 
@@ -27,7 +29,7 @@ def test_help_lists_the_config_groups(tmp_path):
     for line in (
         "cluster: local, ray, slurm",
         "projection: identity, normal, rademacher",
-        "task: image_classification, text_classification",
+        "task: causal_lm, image_classification, text_classification",
         "data: custom, digits",
     ):
         assert line in out.stdout
@@ -68,6 +70,8 @@ def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
     assert "Top-k proponents sharing their target's label" in first.stdout
     report = json.loads((tmp_path / "run1" / "trak_report.json").read_text())
     assert report["rows_computed"] == {"train": 3 * 1500, "target": 3 * 297}
+    assert report["trak_dist_version"] == version("trak_dist")
+    assert report["store_format_version"] == FORMAT_VERSION
     assert (tmp_path / "trak_store.zarr").is_dir()
     # score a new target set (the train set itself) against the existing store
     second = trak_dist(

@@ -1,5 +1,6 @@
 """trak_dist: TRAK training-data attribution on many workers, one chunked Zarr store."""
 
+from trak_dist._version import __version__
 from trak_dist.api import Attribution, run
 from trak_dist.config import JobConfig
 from trak_dist.errors import (
@@ -12,6 +13,7 @@ from trak_dist.errors import (
     StoreMismatchError,
     StoreStateError,
     TrakDistError,
+    TrakerUsageError,
     WorkerFailedError,
 )
 from trak_dist.projection import ProjectionKind, make_projector
@@ -38,8 +40,9 @@ __all__ = [
     "TRAKer",
     "TextClassification",
     "TrakDistError",
+    "TrakerUsageError",
     "WorkerFailedError",
+    "__version__",
     "make_projector",
     "run",
 ]
-__version__ = "0.1.0"

@@ -92,7 +92,7 @@ def run(
         checkpoints: state-dict files (or a callable returning them); model_id = position.
         train, targets: datasets, or callables returning them (preferred: each worker builds
             its own copy instead of receiving a pickled one).
-        task: ``image_classification``, ``text_classification`` or a ModelOutput.
+        task: ``image_classification``, ``text_classification``, ``causal_lm`` or a ModelOutput.
         store: the Zarr store path; reruns resume from it and new targets reuse its features.
         proj_dim, lambda_reg: projection width and ridge term.
         exp_name: name of this target set in the store.

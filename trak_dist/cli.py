@@ -5,6 +5,8 @@ trak-dist cluster=ray                       # inside `ray job submit`
 trak-dist -m proj_dim=512,1024 lambda_reg=0,1e-2   # sweep: one featurisation, one
                                                    # factorisation per checkpoint
 trak-dist --help                            # groups and options
+trak-dist --version                         # trak_dist's and the store format's versions
+trak-dist build-cuda                        # compile the CUDA kernel for this installation
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -25,7 +28,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from trak_dist import failures
+from trak_dist import _resources, failures
+from trak_dist._version import __version__
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, TrakDistError
 
@@ -50,15 +54,48 @@ ConfigStore.instance().store(
 
 
 def conf_dir() -> Path:
-    """``$TRAK_DIST_CONF``, else the ``conf/`` of the checkout trak_dist is installed from."""
+    """trak-dist's Hydra configs: ``$TRAK_DIST_CONF`` if set, else the ones installed with the
+    package (``trak_dist/conf``), else the checkout's ``conf/``.
+
+    Raises:
+        ConfigError: no ``config.yaml`` there, or a file that is not valid YAML (checked here so
+            that it is one line, not Hydra's traceback from inside its loader).
+    """
     env = os.environ.get("TRAK_DIST_CONF")
-    path = Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
-    if not (path / "config.yaml").is_file():
-        raise ConfigError(
-            f"trak-dist's Hydra configs were not found at {path}. Install from a checkout "
-            "(pip install -e .) or set TRAK_DIST_CONF to a copy of the repository's conf/."
-        )
+    if env:
+        path = Path(env)
+        if not (path / "config.yaml").is_file():
+            raise ConfigError(
+                f"TRAK_DIST_CONF={env}, but {path / 'config.yaml'} does not exist. Point it at a "
+                "copy of the repository's conf/, or unset it to use the configs installed with "
+                "trak_dist."
+            )
+    else:
+        found = _resources.find("conf", "config.yaml")
+        if found is None:
+            searched = " and ".join(str(p) for p in _resources.candidates("conf"))
+            raise ConfigError(
+                f"trak-dist's Hydra configs were not found: no config.yaml in {searched}. "
+                "Reinstall trak_dist (pip install from a clone or from a wheel), or set "
+                "TRAK_DIST_CONF to a copy of the repository's conf/."
+            )
+        path = found
+    for file in sorted(path.rglob("*.yaml")):
+        try:
+            yaml.safe_load(file.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise ConfigError(
+                f"the Hydra config {file} cannot be read: {_why(e)}. Fix or restore it (the "
+                "repository's conf/ has the originals), or set TRAK_DIST_CONF to a working copy."
+            ) from e
     return path
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        mark = e.problem_mark
+        return f"{e.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(e).split())
 
 
 def sweep_width(argv: list[str]) -> list[str]:
@@ -100,8 +137,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(version_base=None, config_path=str(conf_dir()), config_name="config")
-def _app(cfg: DictConfig) -> dict[str, Any]:
+def _task(cfg: DictConfig) -> dict[str, Any]:
     try:
         return _run(cfg)
     except Exception as e:
@@ -192,7 +228,9 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 # ``trak-dist <name> …``: commands outside the Hydra job, each "module:function" taking the
 # remaining arguments and returning an exit code. Hydra's own argument parser sees everything
 # else (overrides, -m, --help).
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "build-cuda": "trak_dist._build_cuda:main",
+}
 
 
 def _subcommand(argv: list[str]) -> int | None:
@@ -204,9 +242,19 @@ def _subcommand(argv: list[str]) -> int | None:
     return int(getattr(importlib.import_module(module), name)(argv[2:]))
 
 
+def version() -> str:
+    """``trak-dist --version``: this trak_dist and the store format it writes."""
+    from trak_dist.store._spec import FORMAT_VERSION
+
+    return f"trak-dist {__version__} (store format version {FORMAT_VERSION})"
+
+
 def main() -> None:
     """Console entry point: expected failures end in one line on stderr (exit 2), Ctrl-C in a
     note on how to resume (exit 130)."""
+    if sys.argv[1:] in (["--version"], ["-V"]):  # Hydra's own --version names only Hydra's
+        print(version())
+        return
     # Hydra would print a traceback of a corrupt YAML file or a bad override and exit 1;
     # raised instead, they reach failures.reported and become one line
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
@@ -215,4 +263,7 @@ def main() -> None:
         if code is not None:
             raise SystemExit(code)
         sys.argv = sweep_width(sys.argv)
-        _app()
+        # resolved here, not at import: importing the CLI (the launchers do) needs no configs,
+        # and a missing or broken config directory is one line instead of a traceback
+        config_path = str(conf_dir())
+        hydra.main(version_base=None, config_path=config_path, config_name="config")(_task)()

@@ -54,7 +54,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     """Train and target sets: callables (or import paths) returning map-style datasets whose
-    items are tuples of tensors (e.g. ``(image, label)``), batched with ``default_collate``.
+    items are tuples of tensors (e.g. ``(image, label)``) or dicts of them (Hugging Face style),
+    batched with ``default_collate``.
 
     Attributes:
         train_fingerprint: identifies the train set in the store; computed from its items when
@@ -69,8 +70,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """The model output function (``image_classification``, ``text_classification`` or an
-    import path / instance of a ``ModelOutput``) and the parameters to differentiate."""
+    """The model output function (``image_classification``, ``text_classification``,
+    ``causal_lm`` or an import path / instance of a ``ModelOutput``) and the parameters to
+    differentiate."""
 
     name: Any = "image_classification"
     kwargs: dict[str, Any] = field(default_factory=dict)

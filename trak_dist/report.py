@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from trak_dist._version import __version__
 from trak_dist.distributed._state import JobResult
 from trak_dist.sources import build_dataset
 from trak_dist.store import FeatureStore
@@ -35,7 +36,9 @@ def summarize(
     and the share of top-k proponents that have their target's label."""
     store = FeatureStore.open(result.store, mode="r")
     out: dict[str, Any] = {
+        "trak_dist_version": __version__,
         "store": str(Path(result.store).resolve()),
+        "store_format_version": store.spec.format_version,
         "exp": result.exp,
         "n": result.n,
         "m": result.m,
@@ -89,7 +92,9 @@ def to_markdown(summary: dict[str, Any]) -> str:
         f"# trak_dist run: {summary['exp']}",
         "",
         f"- store: `{summary['store']}` (n={summary['n']} train, m={summary['m']} targets, "
-        f"{summary['checkpoints']} checkpoints, features of width {summary['feature_dim']})",
+        f"{summary['checkpoints']} checkpoints, features of width {summary['feature_dim']}, "
+        f"format version {summary['store_format_version']})",
+        f"- trak_dist {summary['trak_dist_version']}",
         f"- rows computed: {summary['rows_computed']}, reused from the store: "
         f"{summary['rows_reused']}; worker restarts {summary['worker_restarts']}, "
         f"shard retries {summary['task_retries']}",

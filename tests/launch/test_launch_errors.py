@@ -24,8 +24,8 @@ def test_bad_config_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err == [
-        "launch.slurm: error: ScoringConfig.topk=20 exceeds ScoringConfig.train_block=10: each "
-        "train block must hold at least top-k rows. Raise scoring.train_block or lower "
+        "python -m launch.slurm: error: ScoringConfig.topk=20 exceeds ScoringConfig.train_block="
+        "10: each train block must hold at least top-k rows. Raise scoring.train_block or lower "
         "scoring.topk."
     ]
 
@@ -53,6 +53,7 @@ def test_a_failed_job_is_one_line_with_its_cause(tmp_path, capsys, monkeypatch):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert err[0].startswith("launch.slurm: error: a SLURM job failed: ConfigError: checkpoint")
+    failed = "python -m launch.slurm: error: a SLURM job failed: ConfigError: checkpoint"
+    assert err[0].startswith(failed)
     assert str(torn) in err[0] and str(tmp_path / "jobs") in err[0]
     assert os.path.isdir(tmp_path / "s.zarr")  # committed nothing, but the store stands

@@ -146,8 +146,8 @@ def test_non_finite_rows_are_refused_before_anything_is_written(store_path):
     store.ensure_experiment("val", 10, None)
     targets = store.ensure_target_checkpoint("val", 0)
     with pytest.raises(NonFiniteError, match=r"experiment 'val', model_id=0, rows \[1, 4\]"):
-        targets.write_indices(
-            np.array([1, 4]), np.array([[np.inf] * 64, [np.nan] * 64], np.float32)
+        targets.write_rows(
+            np.array([1, 4]), np.array([[np.inf] * 64, [np.nan] * 64], np.float32), writer="w"
         )
     assert not rows.done_chunks().any()
     assert not os.path.exists(os.path.join(store_path, "train", "2", "X", "c"))  # no chunk file

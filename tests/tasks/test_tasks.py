@@ -121,3 +121,25 @@ def test_labels_outside_the_classes_are_named_not_wrapped():
     ids = torch.zeros(10, 4, dtype=torch.long)
     with pytest.raises(LabelError, match=r"\[3\] at batch positions \[2\]"):
         TextClassification().get_outputs(TinyTextModel(), (ids, ids, torch.ones_like(ids), high))
+
+
+def test_causal_lm_labels_outside_the_vocabulary_name_the_sample():
+    """The tokens' margins are taken over the flattened [B·(T-1)] positions; a label id ≥ V is
+    a LabelError at the position of its sample, for the output and for Q."""
+    from hf_models import gpt2_lm, padded_tokens
+
+    from trak_dist.errors import LabelError
+    from trak_dist.tasks import CausalLM
+
+    model = gpt2_lm(seed=1)
+    ids, mask = padded_tokens(4)
+    vocab = model.config.vocab_size
+    labels = ids.clone()
+    labels[2, 3] = vocab + 5
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    task = CausalLM()
+    with pytest.raises(LabelError, match=rf"\[{vocab + 5}\] at batch positions \[2\]"):
+        task.get_outputs(model, batch)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    with pytest.raises(LabelError, match=r"at batch positions \[2\]"):
+        task.get_out_to_loss_grad(model, params, {}, batch)

@@ -7,8 +7,7 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,8 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import TensorDataset
+
+from trak_dist.examples._cache import cached_state, example_dir
 
 N_TRAIN = 1500
 HIDDEN = 32
@@ -62,19 +63,13 @@ def checkpoints(
     num: int = 3, epochs: int = 15, cache_dir: str | None = None, hidden: int = HIDDEN
 ) -> list[Path]:
     """Paths of ``num`` trained checkpoints, training (≈1 s each) the ones not cached yet."""
-    root = Path(cache_dir or os.environ.get("TRAK_DIST_CACHE", ".trak_cache")) / "digits"
-    root.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for seed in range(num):
-        path = root / f"mlp{hidden}_seed{seed}_ep{epochs}.pt"
-        if not path.exists():
-            # write then rename: concurrent first runs never see a half-written file
-            fd, tmp = tempfile.mkstemp(dir=root, suffix=".tmp")
-            os.close(fd)
-            torch.save(_train(seed, epochs, hidden), tmp)
-            os.replace(tmp, path)
-        paths.append(path)
-    return paths
+    root = example_dir("digits", cache_dir)
+    return [
+        cached_state(
+            root / f"mlp{hidden}_seed{seed}_ep{epochs}.pt", partial(_train, seed, epochs, hidden)
+        )
+        for seed in range(num)
+    ]
 
 
 def accuracy(path: Path) -> float:

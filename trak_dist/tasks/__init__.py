@@ -6,12 +6,22 @@ import importlib
 from typing import Any
 
 from trak_dist.errors import ConfigError
-from trak_dist.tasks._base import ModelOutput, describe, margin
-from trak_dist.tasks._classification import ImageClassification, TextClassification
+from trak_dist.tasks._base import BatchedOutput, ModelOutput, describe, margin
+from trak_dist.tasks._classification import (
+    ImageClassification,
+    IterativeImageClassification,
+    TextClassification,
+)
+from trak_dist.tasks._clip import CLIPOutput
+from trak_dist.tasks._language import CausalLM
 
 __all__ = [
     "TASKS",
+    "BatchedOutput",
+    "CLIPOutput",
+    "CausalLM",
     "ImageClassification",
+    "IterativeImageClassification",
     "ModelOutput",
     "TextClassification",
     "describe",
@@ -20,8 +30,11 @@ __all__ = [
 ]
 
 TASKS: dict[str, type[ModelOutput]] = {
+    "causal_lm": CausalLM,
     "image_classification": ImageClassification,
     "text_classification": TextClassification,
+    "iterative_image_classification": IterativeImageClassification,
+    "clip": CLIPOutput,
 }
 
 
