@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -14,12 +15,14 @@ from trak_dist.config import (
     FeaturizeConfig,
     JobConfig,
     ModelConfig,
+    ProjectionConfig,
     StoreConfig,
 )
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore, variant_name
 
 P, LAMBDA, CHUNK = 64, 1e-2, 64
+WIDE = 64  # hidden width of the Kronecker jobs' MLP: its first layer [64, 64] uses hook factors
 
 
 def small_job(
@@ -41,6 +44,22 @@ def small_job(
         progress=False,
         report=None,
     )
+
+
+def kron_job(
+    store: Path, checkpoints: list[Path], workers: int = 2, **featurize: object
+) -> JobConfig:
+    """``small_job`` with the Kronecker projection on the digits MLP of width ``WIDE``."""
+    cfg = small_job(store, checkpoints, workers, shard_rows=256, **featurize)
+    model = ModelConfig(kwargs={"hidden": WIDE}, checkpoints=[str(c) for c in checkpoints])
+    return dataclasses.replace(cfg, model=model, projection=ProjectionConfig(kind="kronecker"))
+
+
+def stored_features(cfg: JobConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Every checkpoint's train X ``[C, n, p]`` and the scores of the job's variant."""
+    store = FeatureStore.open(cfg.store.path, mode="r")
+    xs = [store.train_rows(m).read(0, store.spec.train_size) for m in store.checkpoint_ids()]
+    return np.stack(xs), job_scores(cfg)
 
 
 def job_scores(cfg: JobConfig) -> np.ndarray:

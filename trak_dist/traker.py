@@ -21,9 +21,9 @@ from torch import Tensor, nn
 
 from trak_dist.batches import Batch, select
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.featurize import Featurizer
-from trak_dist.gradients import GradientComputer
-from trak_dist.projection import IdentityProjector, ProjectionKind, Projector, make_projector
+from trak_dist.featurize import Featurizer, make_featurizer
+from trak_dist.gradients import GradientComputer, make_computer
+from trak_dist.projection import IdentityProjector, ProjectionKind, Projector
 from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
 from trak_dist.store import (
     DEFAULT_CODEC,
@@ -85,8 +85,11 @@ class TRAKer:
     ``score_computer`` are not supported (the Zarr store replaces them). Extra keywords:
 
     Args:
-        micro_batch_size: samples per vmap call (bounds memory); None for the whole batch.
-        projection: ``rademacher`` (default), ``normal`` or ``identity``.
+        micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
+        gradient_engine: ``auto`` (module hooks when the task has ``get_outputs`` and every
+            selected parameter has a hook rule, else vmap), ``vmap`` or ``hooks``; used when no
+            ``gradient_computer`` class is given (a given class is used as it is).
+        projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
         dataset_fingerprint: identifies the train set in the store's metadata.
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
@@ -101,7 +104,7 @@ class TRAKer:
         save_dir: str | Path = "./trak_results",
         load_from_save_dir: bool = True,
         device: str | torch.device = "cuda",
-        gradient_computer: type[GradientComputer] = GradientComputer,
+        gradient_computer: type[GradientComputer] | None = None,
         projector: Projector | Any | None = None,
         saver: Any = None,
         score_computer: Any = None,
@@ -114,6 +117,7 @@ class TRAKer:
         lambda_reg: float = 0.0,
         *,
         micro_batch_size: int | None = None,
+        gradient_engine: str = "auto",
         projection: str = "rademacher",
         kinv_scaling: str = "mean_abs",
         dataset_fingerprint: str = "unspecified",
@@ -134,16 +138,29 @@ class TRAKer:
         self.kinv_scaling = kinv_scaling
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)
-        self.computer = gradient_computer(self.model, self.task, grad_wrt, self.device)
+        if gradient_computer is None:
+            self.computer = make_computer(
+                self.model, self.task, grad_wrt, self.device, gradient_engine
+            )
+        elif gradient_engine == "hooks":
+            raise ConfigError(
+                f"gradient_engine='hooks' and gradient_computer={gradient_computer.__name__} "
+                "both choose how gradients are computed; pass one of them."
+            )
+        else:
+            self.computer = gradient_computer(self.model, self.task, grad_wrt, self.device)
         d = self.computer.layout.grad_dim
         if projector is not None and getattr(projector, "proj_dim", None) == 0:
             projector = IdentityProjector(d)  # traker's NoOpProjector
         if projector is None:
-            projector = make_projector(projection, d, proj_dim, projector_seed, self.device)
-        self.projector = projector
+            self.featurizer = make_featurizer(
+                self.computer, projection, proj_dim, projector_seed, "auto", micro_batch_size
+            )
+        else:
+            self.featurizer = Featurizer(self.computer, projector, micro_batch_size)
+        self.projector = projector = self.featurizer.projector
         kind = ProjectionKind(getattr(projector, "kind", projection))
         self.proj_dim = projector.proj_dim
-        self.featurizer = Featurizer(self.computer, projector, micro_batch_size)
         spec = FeatureSpec(
             proj_dim=self.proj_dim,
             projection=kind.value,
@@ -155,6 +172,7 @@ class TRAKer:
             dataset_fingerprint=dataset_fingerprint,
             dtype="float16" if use_half_precision else "float32",
             chunk_rows=chunk_rows,
+            projection_params=getattr(projector, "spec_params", ""),
         )
         self.save_dir = Path(save_dir).resolve()
         self.store = FeatureStore.create_or_open(

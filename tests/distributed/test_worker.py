@@ -8,13 +8,15 @@ from trak_dist.distributed._prepare import prepare
 from trak_dist.scoring import gram
 
 
-def run_in_process(cfg):
-    """The whole pipeline with the plain classes, in this process."""
+def run_in_process(cfg, reverse=False):
+    """The whole pipeline with the plain classes, in this process (``reverse``: the shards in
+    reverse order, as they may finish on several workers)."""
     prep = prepare(cfg)
     worker = Worker(cfg, prep.checkpoints, prep.width)
     reducer = Reducer(cfg.store.path)
     results = []
-    for task in prep.train_tasks + prep.target_tasks:
+    tasks = prep.train_tasks + prep.target_tasks
+    for task in reversed(tasks) if reverse else tasks:
         result, xtx = worker.run(task)
         results.append(result)
         if xtx is not None:
