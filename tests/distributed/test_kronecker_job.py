@@ -1,13 +1,14 @@
 """Kronecker projection through the pipeline: plain Worker/Reducer in any order, real Ray with 1
 and 2 workers (bitwise the same features and scores), and the Reducer's order-free sum."""
 
+import functools
 import math
 
 import numpy as np
 import pytest
-from pipeline import WIDE, kron_job, stored_features
-from test_worker import run_in_process
+from pipeline import WIDE, kron_job, run_in_process, stored_features
 
+import trak_dist
 from benchmarks._synthetic import synthetic_spec
 from trak_dist.distributed import Reducer, run_job
 from trak_dist.examples import digits
@@ -63,9 +64,25 @@ def test_reducer_sum_does_not_depend_on_the_order(tmp_path):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_one_and_two_ray_workers_give_the_same_bits(ray_session, tmp_path, wide_checkpoints):
-    runs = []
-    for name, workers in (("one", 1), ("two", 2), ("two-again", 2)):
-        cfg = kron_job(tmp_path / f"{name}.zarr", wide_checkpoints, workers)
+    """trak_dist.run with 1 worker, then the driver with 2 workers twice: the same bits."""
+    one = kron_job(tmp_path / "one.zarr", wide_checkpoints, workers=1)
+    trak_dist.run(
+        functools.partial(digits.make_model, hidden=WIDE),
+        [str(c) for c in wide_checkpoints],
+        "trak_dist.examples.digits:train_set",
+        "trak_dist.examples.digits:target_set",
+        store=one.store.path,
+        proj_dim=one.proj_dim,
+        lambda_reg=one.lambda_reg,
+        num_workers=1,
+        projection=one.projection,
+        featurize=one.featurize,
+        progress=False,
+        report=None,
+    )
+    runs = [stored_features(one)]
+    for name in ("two", "two-again"):
+        cfg = kron_job(tmp_path / f"{name}.zarr", wide_checkpoints, workers=2)
         run_job(cfg)
         runs.append(stored_features(cfg))
     for x, s in runs[1:]:

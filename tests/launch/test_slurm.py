@@ -18,6 +18,7 @@ from pipeline import (
     P,
     job_scores,
     kron_job,
+    run_in_process,
     small_job,
     stored_features,
     traker_scores,
@@ -59,7 +60,6 @@ def test_array_mode_reduces_after_its_tasks(
 
 def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_factory, monkeypatch):
     """The array route's plain Workers write the same Kronecker features as an in-process run."""
-    from test_worker import run_in_process
 
     monkeypatch.chdir(ROOT)
     cache = tmp_path_factory.mktemp("cache")
