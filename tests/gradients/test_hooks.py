@@ -265,3 +265,30 @@ def test_the_featurizer_streams_one_module_at_a_time():
     # (weight + bias) gradients
     assert len(projector.calls) == 2 + 2 * 6 + 2
     assert max(projector.calls) <= b * largest < b * computer.layout.grad_dim / 4
+
+
+def test_traker_attributes_a_stock_bert_with_default_settings(tmp_path):
+    """No engine given: auto picks hooks for BERT (vmap cannot run it) and the scores equal
+    those from traker's path with the autograd-loop computer."""
+    import logging
+
+    import numpy as np
+
+    from trak_dist import TRAKer
+
+    def scores(save_dir, **kw):
+        model, batch, targets = bert(), text_batch(0), text_batch(1)
+        t = TRAKer(model=model, task="text_classification", train_set_size=5, save_dir=save_dir,
+                   device="cpu", proj_dim=4, lambda_reg=1e-2, use_half_precision=False,
+                   logging_level=logging.ERROR, **kw)  # fmt: skip
+        t.load_checkpoint(model.state_dict(), model_id=0)
+        t.featurize(batch, num_samples=5)
+        t.finalize_features()
+        t.start_scoring_checkpoint("exp", model.state_dict(), model_id=0, num_targets=5)
+        t.score(targets, num_samples=5)
+        return t, np.asarray(t.finalize_scores("exp"))
+
+    auto, ours = scores(tmp_path / "auto")
+    assert isinstance(auto.computer, HookGradientComputer)
+    _, ref = scores(tmp_path / "loop", gradient_computer=IterativeGradientComputer)
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

@@ -15,7 +15,8 @@ from trak_dist.errors import StoreMismatchError
 from trak_dist.featurize import make_featurizer
 from trak_dist.gradients import GradientComputer, HookGradientComputer, kronecker_views
 from trak_dist.projection import FactorBlock, KroneckerProjector
-from trak_dist.projection._kronecker import LEFT_KEY_TWEAK, RIGHT_KEY_TWEAK, shell_pairs
+from trak_dist.projection._kron_views import shell_pairs
+from trak_dist.projection._kronecker import LEFT_KEY_TWEAK, RIGHT_KEY_TWEAK
 from trak_dist.tasks import ImageClassification, margin
 
 SEED, MODEL_ID = 2**40 + 7, 5

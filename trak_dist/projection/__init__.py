@@ -15,12 +15,8 @@ import torch
 from trak_dist.errors import ConfigError, CudaExtUnavailableError
 from trak_dist.projection._base import FactorBlock, GradBlock, ProjectionKind, Projector, as_blocks
 from trak_dist.projection._generate import normal_block, rademacher_block
-from trak_dist.projection._kronecker import (
-    KroneckerProjector,
-    ParamView,
-    balanced_cols,
-    spec_params,
-)
+from trak_dist.projection._kron_views import ParamView, balanced_cols, spec_params
+from trak_dist.projection._kronecker import KroneckerProjector
 from trak_dist.projection._torch import IdentityProjector, TorchProjector
 
 __all__ = [
