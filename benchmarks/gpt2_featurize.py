@@ -37,7 +37,7 @@ import torch
 
 from benchmarks._gpt2 import SIZES, NextTokenMargins, gpt2, lm_loss
 from benchmarks._table import table
-from trak_dist.featurize import Featurizer, make_featurizer
+from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import GradientComputer, HookGradientComputer
 from trak_dist.projection import KroneckerProjector, rademacher_block
 
@@ -116,15 +116,15 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
 
     p, b = args.proj_dim, args.micro_batch
     hooks = HookGradientComputer(model, task)
-    kron = make_featurizer(hooks, "kronecker", p, micro_batch=b)
+    kron = build_featurizer(hooks, "kronecker", p, micro_batch=b)
     variants: dict[str, Callable | None] = {"train step": train_step(model)}
     variants["hooks + kronecker"] = featurize(kron)
     dense_ok = d <= args.dense_max_d
     variants["hooks + dense"] = (
-        featurize(make_featurizer(hooks, "rademacher", p, micro_batch=b)) if dense_ok else None
+        featurize(build_featurizer(hooks, "rademacher", p, micro_batch=b)) if dense_ok else None
     )
     variants["vmap + dense"] = (
-        featurize(make_featurizer(GradientComputer(model, task), "rademacher", p, micro_batch=b))
+        featurize(build_featurizer(GradientComputer(model, task), "rademacher", p, micro_batch=b))
         if dense_ok
         else None
     )

@@ -1,4 +1,7 @@
-"""TRAKer: equal to traker 0.3.2, to a dense float64 solve, and resumable."""
+"""TRAKer: equal to traker 0.3.2, to a dense float64 solve, and resumable.
+
+traker's documented workflows (SLURM, shards, custom classes) are in test_traker_workflows.py.
+"""
 
 import logging
 
@@ -8,7 +11,7 @@ import torch
 from helpers import autograd_features, classification_data, dense_trak_scores, mlp, q_of
 
 from trak_dist import TRAKer
-from trak_dist.errors import ConfigError, StoreStateError
+from trak_dist.errors import ConfigError, StoreStateError, TrakerUsageError
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import rademacher_block
 
@@ -172,13 +175,15 @@ def test_rerun_skips_committed_chunks(setup, tmp_path):
         t.load_checkpoint(states[0], model_id=0)
         return t
 
-    first = start()  # "crashes" after 150 of 300 samples: chunks 0, 1 (rows 0-127) committed
+    # "crashes" after 150 of 300 samples: chunks 0, 1 (rows 0-127) committed, rows 128-149 staged
+    first = start()
     first.featurize((x[:150], y[:150]), num_samples=150)
+    assert first.store.train_rows(0).done_chunks().tolist() == [1, 1, 0, 0, 0]
     CountingComputer.samples = 0
     second = start()
     for b in range(0, N, 50):
         second.featurize((x[b : b + 50], y[b : b + 50]), num_samples=50)
-    assert CountingComputer.samples == N - 128
+    assert CountingComputer.samples == N - 150
     second.finalize_features()
     second.start_scoring_checkpoint("exp", states[0], model_id=0, num_targets=M)
     second.score(targets, num_samples=M)
@@ -195,11 +200,15 @@ def test_misuse_gets_clear_errors(setup, tmp_path):
         device="cpu",
         proj_dim=8,
     )
-    with pytest.raises(StoreStateError, match="load_checkpoint"):
+    with pytest.raises(TrakerUsageError, match="load_checkpoint before featurizing"):
         t.featurize((x, y), num_samples=N)
     t.load_checkpoint(states[0], model_id=0)
-    with pytest.raises(ConfigError, match="exactly one"):
+    with pytest.raises(TrakerUsageError, match="Exactly one"):
         t.featurize((x, y))
+    with pytest.raises(ConfigError, match="must match"):
+        t.featurize((x, y), num_samples=10)
+    with pytest.raises(ConfigError, match="outside the 300 rows"):
+        t.featurize((x[:2], y[:2]), inds=np.array([299, 300]))
     t.featurize((x[:10], y[:10]), num_samples=10)
     with pytest.raises(StoreStateError, match="not fully featurised"):
         t.finalize_features()
@@ -214,64 +223,47 @@ def test_misuse_gets_clear_errors(setup, tmp_path):
         )
 
 
-PARALLEL = """
-import sys, logging
-sys.path.insert(0, {tests!r})
-from helpers import classification_data, mlp
-from trak_dist import TRAKer
-model_id = int(sys.argv[1])
-x, y = classification_data({n}, seed=0)
-t = TRAKer(model=mlp(), task="image_classification", train_set_size={n}, save_dir={store!r},
-           device="cpu", proj_dim=16, lambda_reg=1e-3, use_half_precision=False,
-           logging_level=logging.ERROR)
-t.load_checkpoint(mlp(seed=10 + model_id).state_dict(), model_id=model_id)
-for b in range(0, {n}, 50):
-    t.featurize((x[b:b + 50], y[b:b + 50]), num_samples=min(50, {n} - b))
-t.finalize_features([model_id])
-"""
-
-
-@pytest.mark.slow
-def test_one_process_per_checkpoint_into_one_store(setup, tmp_path):
-    """traker's SLURM pattern: a process per checkpoint, one save_dir, started together."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    model, states, train, targets = setup
-    store = tmp_path / "shared"
-    script = PARALLEL.format(tests=str(Path(__file__).parent), n=N, store=str(store))
-    procs = [
-        subprocess.Popen([sys.executable, "-c", script, str(i)], stderr=subprocess.PIPE, text=True)
-        for i in range(2)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-2000:]
-    t = TRAKer(
+def test_load_from_save_dir_false_deletes_nothing_and_overwrite_does(setup, tmp_path):
+    """traker's meaning: False ignores what others wrote (defaults cover only this instance's
+    checkpoints) but never deletes it; a fresh start is the explicit overwrite=True."""
+    model, states, (x, y), _ = setup
+    kw = dict(
         model=model,
         task="image_classification",
         train_set_size=N,
-        save_dir=store,
+        save_dir=tmp_path / "s",
         device="cpu",
-        proj_dim=16,
+        proj_dim=8,
         lambda_reg=1e-3,
-        use_half_precision=False,
         logging_level=logging.ERROR,
     )
-    for i, st in enumerate(states[:2]):
-        t.start_scoring_checkpoint("exp", st, model_id=i, num_targets=M)
-        t.score(targets, num_samples=M)
-    parallel = np.asarray(t.finalize_scores("exp"))
-    sequential = run(
-        TRAKer,
-        model,
-        states[:2],
-        train,
-        targets,
-        tmp_path / "seq",
-        proj_dim=16,
-        lambda_reg=1e-3,
-        use_half_precision=False,
-    )
-    np.testing.assert_allclose(parallel, sequential, rtol=1e-6, atol=1e-7)
+    first = TRAKer(**kw)
+    first.load_checkpoint(states[0], model_id=0)
+    first.featurize((x, y), num_samples=N)
+    second = TRAKer(**kw, load_from_save_dir=False)
+    assert second.store.train_rows(0).is_complete()  # still there
+    second.load_checkpoint(states[1], model_id=1)
+    second.featurize((x, y), num_samples=N)
+    second.finalize_features()  # only model_id 1: this instance's own
+    assert second.store.read_xtx(1) is not None and second.store.read_xtx(0) is None
+    assert TRAKer(**kw).saver.model_ids == {
+        0: {"is_featurized": 1, "is_finalized": 0},
+        1: {"is_featurized": 1, "is_finalized": 1},
+    }
+    fresh = TRAKer(**kw, overwrite=True)
+    assert fresh.store.checkpoint_ids() == [] and fresh.saver.model_ids == {}
+
+
+def test_traker_gradient_computers_that_cannot_apply_are_named(setup, tmp_path):
+    from trak.gradient_computers import IterativeGradientComputer
+
+    model = setup[0]
+    kw = dict(model=model, train_set_size=N, save_dir=tmp_path / "s", device="cpu")
+    gc = IterativeGradientComputer
+    with pytest.raises(ConfigError, match="iterative_image_classification"):
+        TRAKer(task="image_classification", gradient_computer=gc, **kw)
+    with pytest.raises(ConfigError, match="grad_wrt"):
+        TRAKer(task="iterative_image_classification", gradient_computer=gc,
+               grad_wrt=["0.weight"], **kw)  # fmt: skip
+    with pytest.raises(ConfigError, match="AbstractGradientComputer"):
+        TRAKer(task="image_classification", gradient_computer=object, **kw)

@@ -9,6 +9,7 @@ from trak_dist.errors import (
     StoreMismatchError,
     StoreStateError,
     TrakDistError,
+    TrakerUsageError,
     WorkerFailedError,
 )
 from trak_dist.projection import ProjectionKind, make_projector
@@ -32,6 +33,7 @@ __all__ = [
     "TRAKer",
     "TextClassification",
     "TrakDistError",
+    "TrakerUsageError",
     "WorkerFailedError",
     "make_projector",
     "run",

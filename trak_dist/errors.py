@@ -19,6 +19,14 @@ class StoreStateError(TrakDistError):
     """The store does not hold what the requested step needs (e.g. scoring before featurising)."""
 
 
+class TrakerUsageError(TrakDistError, AssertionError):
+    """A TRAKer method was called out of order or with conflicting arguments.
+
+    Also an ``AssertionError``: traker 0.3.2 asserts in these places, and code written for it
+    catches ``AssertionError``.
+    """
+
+
 class IllConditionedError(TrakDistError, ArithmeticError):
     """XᵀX + λI is singular or too ill-conditioned for its inverse to mean anything."""
 

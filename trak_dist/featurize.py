@@ -107,7 +107,7 @@ class Featurizer:
         return x, q
 
 
-def make_featurizer(
+def build_featurizer(
     computer: GradientComputer,
     kind: ProjectionKind | str,
     proj_dim: int,

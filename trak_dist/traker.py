@@ -2,10 +2,11 @@
 
     from trak_dist import TRAKer      # instead of: from trak import TRAKer
 
-Differences, all deliberate: the projection is the same Rademacher matrix on CPU and GPU
-(traker uses a normal one on CPU); XᵀX is accumulated in float64 and inverted through an
-eigendecomposition; Q and scores are stored in float32 even with ``use_half_precision``; the
-features Φ are never materialised (scores are computed as X (X_t K⁻¹)ᵀ).
+Differences, all deliberate (README "Switching from traker" lists them all): the projection is
+the same Rademacher matrix on CPU and GPU (traker uses a normal one on CPU); XᵀX is accumulated
+in float64 and inverted through an eigendecomposition; Q and scores are stored in float32 even
+with ``use_half_precision``; the features Φ are never materialised (scores are computed as
+X (X_t K⁻¹)ᵀ); ``load_from_save_dir=False`` never deletes anything (``overwrite=True`` does).
 """
 
 from __future__ import annotations
@@ -19,72 +20,55 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trak_dist.batches import Batch, select
-from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.featurize import Featurizer, make_featurizer
-from trak_dist.gradients import GradientComputer, make_computer
-from trak_dist.projection import IdentityProjector, ProjectionKind, Projector
+from trak_dist.batches import Batch, batch_size, select
+from trak_dist.compat import (
+    RowTracker,
+    SaverView,
+    TrakerGradients,
+    adapt_projector,
+    fold_all,
+    make_computer,
+    make_featurizer,
+    projection_name,
+    writer_name,
+)
+from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, TrakerUsageError
+from trak_dist.gradients import GradientComputer, ParamLayout, kronecker_views
+from trak_dist.gradients import make_computer as engine_computer
+from trak_dist.projection import ProjectionKind, Projector, make_projector
 from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
     FeatureStore,
-    RowSet,
     checkpoint_fingerprint,
+    store_lock,
+    variant_name,
 )
 from trak_dist.tasks import describe, resolve_task
 
 logger = logging.getLogger("trak_dist")
 
 
-class _RowTracker:
-    """Rows written by this process into partly done chunks; commits a chunk once it is full.
-
-    Also the ``num_samples=`` cursor: consecutive calls fill consecutive rows, as in traker.
-    """
-
-    def __init__(self, rows: RowSet) -> None:
-        self.rows = rows
-        self.done = np.repeat(rows.done_chunks(), rows.chunk_rows)[: rows.n]
-        self.committed = self.done.copy()
-        self.cursor = 0
-
-    def take(self, inds: Iterable[int] | None, num_samples: int | None) -> np.ndarray:
-        """The rows of the next batch: ``inds``, or the next ``num_samples`` rows."""
-        if (inds is None) == (num_samples is None):
-            raise ConfigError("pass exactly one of inds= and num_samples=.")
-        if inds is not None:
-            return np.asarray(inds, dtype=np.int64).reshape(-1)
-        rows = np.arange(self.cursor, self.cursor + int(num_samples), dtype=np.int64)  # type: ignore[arg-type]
-        self.cursor += len(rows)
-        return rows
-
-    def pending(self, inds: np.ndarray) -> np.ndarray:
-        return ~self.done[inds]
-
-    def mark(self, inds: np.ndarray) -> None:
-        self.done[inds] = True
-        chunks = np.unique(inds // self.rows.chunk_rows)
-        full = [
-            c
-            for c in chunks
-            if self.done[c * self.rows.chunk_rows : (c + 1) * self.rows.chunk_rows].all()
-        ]
-        fresh = [c for c in full if not self.committed[c * self.rows.chunk_rows]]
-        if fresh:
-            self.rows.commit_chunks(np.asarray(fresh))
-            for c in fresh:
-                self.committed[c * self.rows.chunk_rows : (c + 1) * self.rows.chunk_rows] = True
-
-
 class TRAKer:
     """TRAK scores for a model, its checkpoints, a train set and target sets (traker's API).
 
-    Arguments are traker 0.3.2's; ``gradient_computer``, ``projector``, ``proj_max_batch_size``
-    behave as there (the latter is ignored: our kernel takes any batch size). ``saver`` and
-    ``score_computer`` are not supported (the Zarr store replaces them). Extra keywords:
+    Arguments are traker 0.3.2's; ``gradient_computer`` (ours, or a traker class such as
+    ``trak.gradient_computers.IterativeGradientComputer``), ``projector`` (ours, or any traker
+    ``AbstractProjector``) and ``proj_max_batch_size`` behave as there (the latter is ignored:
+    our kernel takes any batch size). ``saver`` and ``score_computer`` are not supported (the
+    Zarr store replaces them); ``traker.saver`` is a read-only view of the store.
+
+    ``load_from_save_dir`` keeps traker's meaning: with False this instance ignores what other
+    processes put in ``save_dir`` (``finalize_features()`` / ``finalize_scores()`` without
+    ``model_ids`` cover only the checkpoints it loaded itself), but it deletes nothing. Rows
+    of its checkpoints already featurised are reused (traker recomputes them). To start
+    afresh, pass ``overwrite=True``, which deletes the whole store, every process's features.
+
+    Extra keywords:
 
     Args:
+        overwrite: delete the store at ``save_dir`` first.
         micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
         gradient_engine: ``auto`` (module hooks when the task has ``get_outputs`` and every
             selected parameter has a hook rule, else vmap), ``vmap`` or ``hooks``; used when no
@@ -104,7 +88,7 @@ class TRAKer:
         save_dir: str | Path = "./trak_results",
         load_from_save_dir: bool = True,
         device: str | torch.device = "cuda",
-        gradient_computer: type[GradientComputer] | None = None,
+        gradient_computer: type | None = None,
         projector: Projector | Any | None = None,
         saver: Any = None,
         score_computer: Any = None,
@@ -116,6 +100,7 @@ class TRAKer:
         grad_wrt: Iterable[str] | None = None,
         lambda_reg: float = 0.0,
         *,
+        overwrite: bool = False,
         micro_batch_size: int | None = None,
         gradient_engine: str = "auto",
         projection: str = "rademacher",
@@ -128,7 +113,8 @@ class TRAKer:
         if saver is not None or score_computer is not None:
             raise ConfigError(
                 "saver= and score_computer= are traker internals that trak_dist replaces with its "
-                "Zarr store and block-wise scorer; leave them unset."
+                "Zarr store and block-wise scorer; leave them unset (traker.saver is a read-only "
+                "view of the store)."
             )
         logger.setLevel(logging_level)
         self.device = torch.device(device)
@@ -138,33 +124,31 @@ class TRAKer:
         self.kinv_scaling = kinv_scaling
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)
+        dtype = torch.float16 if use_half_precision else torch.float32
+        self.computer: GradientComputer | TrakerGradients
         if gradient_computer is None:
-            self.computer = make_computer(
+            self.computer = engine_computer(
                 self.model, self.task, grad_wrt, self.device, gradient_engine
             )
         elif gradient_engine == "hooks":
             raise ConfigError(
-                f"gradient_engine='hooks' and gradient_computer={gradient_computer.__name__} "
-                "both choose how gradients are computed; pass one of them."
+                f"gradient_engine='hooks' and gradient_computer={gradient_computer!r} both "
+                "choose how gradients are computed; pass one of them."
             )
         else:
-            self.computer = gradient_computer(self.model, self.task, grad_wrt, self.device)
+            self.computer = make_computer(
+                gradient_computer, self.model, self.task, grad_wrt, device, dtype
+            )
         d = self.computer.layout.grad_dim
-        if projector is not None and getattr(projector, "proj_dim", None) == 0:
-            projector = IdentityProjector(d)  # traker's NoOpProjector
-        if projector is None:
-            self.featurizer = make_featurizer(
-                self.computer, projection, proj_dim, projector_seed, "auto", micro_batch_size
-            )
-        else:
-            self.featurizer = Featurizer(self.computer, projector, micro_batch_size)
-        self.projector = projector = self.featurizer.projector
-        kind = ProjectionKind(getattr(projector, "kind", projection))
-        self.proj_dim = projector.proj_dim
+        self.projector = adapt_projector(projector, d) or self._projector(
+            projection, proj_dim, projector_seed
+        )
+        self.proj_dim = self.projector.proj_dim
+        self.featurizer = make_featurizer(self.computer, self.projector, micro_batch_size)
         spec = FeatureSpec(
             proj_dim=self.proj_dim,
-            projection=kind.value,
-            seed=int(projector_seed),
+            projection=projection_name(self.projector),
+            seed=self.projector.seed,
             grad_wrt=grad_wrt,
             model_output=describe(self.task),
             grad_dim=d,
@@ -172,15 +156,47 @@ class TRAKer:
             dataset_fingerprint=dataset_fingerprint,
             dtype="float16" if use_half_precision else "float32",
             chunk_rows=chunk_rows,
-            projection_params=getattr(projector, "spec_params", ""),
+            projection_params=getattr(self.projector, "spec_params", ""),
         )
         self.save_dir = Path(save_dir).resolve()
-        self.store = FeatureStore.create_or_open(
-            self.save_dir, spec, store_codec, overwrite=not load_from_save_dir
-        )
+        self.store = FeatureStore.create_or_open(self.save_dir, spec, store_codec, overwrite)
+        self.load_from_save_dir = bool(load_from_save_dir)
+        self._mine: set[int] = set()  # checkpoints this instance loaded (load_from_save_dir=False)
+        self._writer = writer_name()  # the keys this instance stages rows under (store/_rows.py)
         self._model_id: int | None = None
-        self._train: _RowTracker | None = None
-        self._targets: _RowTracker | None = None
+        self._train: RowTracker | None = None
+        self._targets: RowTracker | None = None
+
+    def _projector(self, projection: str, proj_dim: int, seed: int) -> Projector:
+        """Our projector of kind ``projection`` (the Kronecker one reads the layers' shapes)."""
+        layout: ParamLayout = self.computer.layout
+        views = None
+        if ProjectionKind(projection) is ProjectionKind.KRONECKER:
+            views = kronecker_views(self.model, layout)
+        return make_projector(projection, layout.grad_dim, proj_dim, seed, self.device, views=views)
+
+    @property
+    def saver(self) -> SaverView:
+        """A read-only view of the store in the shape of traker's ``saver`` (``experiments``,
+        ``model_ids``, ``metadata``, ``save_dir``)."""
+        variant = variant_name(self.proj_dim, self.lambda_reg, self.kinv_scaling)
+        return SaverView(self.store, variant, self._model_id)
+
+    @property
+    def gradient_computer(self) -> Any:
+        """The gradient computer instance (traker's attribute name)."""
+        if isinstance(self.computer, TrakerGradients):
+            return self.computer.inner
+        return self.computer
+
+    def _ids(self, model_ids: Iterable[int] | None) -> list[int]:
+        """``model_ids``, or the default set: every checkpoint in the store, or (with
+        ``load_from_save_dir=False``, as traker) only the ones this instance loaded."""
+        if model_ids is not None:
+            return [int(m) for m in model_ids]
+        if self.load_from_save_dir:
+            return self.store.checkpoint_ids()
+        return sorted(self._mine)
 
     def _load(self, checkpoint: Mapping[str, Tensor]) -> str:
         self.computer.load_state_dict(dict(checkpoint))
@@ -194,8 +210,16 @@ class TRAKer:
     ) -> None:
         """Load a checkpoint's weights and make ``model_id`` the one ``featurize`` writes."""
         fingerprint = self._load(checkpoint)
-        self._train = _RowTracker(self.store.ensure_checkpoint(model_id, fingerprint))
+        with store_lock(self.store.where):  # processes sharding one checkpoint create it once
+            try:
+                rows = self.store.ensure_checkpoint(model_id, fingerprint)
+            except StoreMismatchError as e:
+                raise StoreMismatchError(
+                    f"{e} To discard the whole store instead, pass overwrite=True."
+                ) from e
+        self._train = RowTracker(rows, self.store.where, self._writer)
         self._model_id = int(model_id)
+        self._mine.add(int(model_id))
 
     def featurize(
         self,
@@ -205,20 +229,28 @@ class TRAKer:
     ) -> None:
         """Project the per-sample gradients of ``batch`` into rows ``inds`` of X (and Q)."""
         if self._train is None:
-            raise StoreStateError("call load_checkpoint(checkpoint, model_id) before featurize.")
+            raise TrakerUsageError(
+                "Load a checkpoint using traker.load_checkpoint before featurizing "
+                "(load_checkpoint(checkpoint, model_id))."
+            )
         self._write(self._train, batch, inds, num_samples, with_q=True)
 
     def _write(
         self,
-        tracker: _RowTracker,
+        tracker: RowTracker,
         batch: Batch,
         inds: Iterable[int] | None,
         num_samples: int | None,
         with_q: bool,
     ) -> None:
-        """Featurise the rows of ``batch`` not yet committed (a rerun skips the others)."""
+        """Featurise the rows of ``batch`` nobody has featurised yet (a rerun skips the rest)."""
         assert self._model_id is not None  # set together with every tracker
         rows = tracker.take(inds, num_samples)
+        if len(rows) != batch_size(batch):
+            raise ConfigError(
+                f"the batch holds {batch_size(batch)} samples but {len(rows)} rows were given "
+                "(inds= or num_samples=); they must match."
+            )
         todo = tracker.pending(rows)
         if not todo.any():
             logger.debug("all %d samples of this batch are already featurised", len(rows))
@@ -226,37 +258,36 @@ class TRAKer:
         sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
         if with_q:
             x, q = self.featurizer.featurize(sub, self._model_id)
-            tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy())
+            tracker.write(rows[todo], x.numpy(), q.numpy())
         else:
-            x = self.featurizer.project(sub, self._model_id)
-            tracker.rows.write_indices(rows[todo], x.numpy())
-        tracker.mark(rows[todo])
+            tracker.write(rows[todo], self.featurizer.project(sub, self._model_id).numpy())
 
     def finalize_features(
         self, model_ids: Iterable[int] | None = None, del_grads: bool = False
     ) -> None:
         """Compute XᵀX (float64) and its eigendecomposition for each checkpoint, once."""
-        for model_id in self.store.checkpoint_ids() if model_ids is None else model_ids:
-            rows = self.store.train_rows(model_id)
-            missing = int((~rows.done_chunks()).sum())
-            if missing:
-                raise StoreStateError(
-                    f"model_id={model_id} is not fully featurised: {missing} of {rows.n_chunks} "
-                    f"chunks of {rows.chunk_rows} rows are missing. Featurise all "
-                    f"{rows.n} train examples first."
-                )
-            if self.store.read_xtx(model_id) is None:
-                self.store.write_xtx(model_id, xtx_from_rows(rows, 0, rows.n, device=self.device))
-            ensure_factor(self.store, model_id, self.proj_dim, self.device)
+        for model_id in self._ids(model_ids):
+            with store_lock(self.store.where):
+                rows = self.store.train_rows(model_id)
+                fold_all(rows, f"model_id={model_id} is not fully featurised", "train examples")
+                if self.store.read_xtx(model_id) is None:
+                    xtx = xtx_from_rows(rows, 0, rows.n, device=self.device)
+                    self.store.write_xtx(model_id, xtx)
+                ensure_factor(self.store, model_id, self.proj_dim, self.device)
+        if self._train is not None:
+            self._train.cursor = 0  # as traker
 
     def start_scoring_checkpoint(
         self, exp_name: str, checkpoint: Mapping[str, Tensor], model_id: int, num_targets: int
     ) -> None:
         """Load a checkpoint to featurise the targets of experiment ``exp_name`` with."""
         self._load(checkpoint)
-        self.store.ensure_experiment(exp_name, num_targets, None)
-        self._targets = _RowTracker(self.store.ensure_target_checkpoint(exp_name, model_id))
+        with store_lock(self.store.where):
+            self.store.ensure_experiment(exp_name, num_targets, None)
+            rows = self.store.ensure_target_checkpoint(exp_name, model_id)
+        self._targets = RowTracker(rows, self.store.where, self._writer)
         self._model_id = int(model_id)
+        self._mine.add(int(model_id))
 
     def score(
         self,
@@ -266,38 +297,48 @@ class TRAKer:
     ) -> None:
         """Featurise a batch of targets for the current scoring checkpoint."""
         if self._targets is None:
-            raise StoreStateError("call start_scoring_checkpoint(...) before score.")
+            raise TrakerUsageError(
+                "call start_scoring_checkpoint(exp_name, checkpoint, model_id, num_targets) "
+                "before score."
+            )
         self._write(self._targets, batch, inds, num_samples, with_q=False)
 
     def finalize_scores(
         self, exp_name: str, model_ids: Iterable[int] | None = None, allow_skip: bool = False
     ) -> np.ndarray:
         """``[n, m]`` float32 scores averaged over checkpoints (traker's formula)."""
-        ids = self.store.checkpoint_ids() if model_ids is None else list(model_ids)
-        if allow_skip:
-            ready = []
-            for c in ids:
-                try:
-                    ok = self.store.target_rows(exp_name, c).is_complete()
-                except StoreStateError:
-                    ok = False
-                if not ok:
-                    logger.warning("no target features for model_id=%s; skipping it", c)
-                else:
-                    ready.append(c)
-            ids = ready
+        ids = self._ids(model_ids)
         if not ids:
+            raise TrakerUsageError(
+                f"No model IDs to finalize scores for: {self.save_dir} holds no featurised "
+                "checkpoint (or, with load_from_save_dir=False, this instance loaded none)."
+            )
+        ready = []
+        for c in ids:
+            with store_lock(self.store.where):
+                try:
+                    rows = self.store.target_rows(exp_name, c)
+                    fold_all(rows, f"targets of {exp_name!r}, model_id={c}", "targets")
+                except StoreStateError as e:
+                    if not allow_skip:
+                        raise
+                    logger.warning("skipping model_id=%s: %s", c, e)
+                    continue
+            ready.append(c)
+        if not ready:
             raise StoreStateError(f"no checkpoints to score experiment {exp_name!r} with.")
-        self.finalize_features(ids)
+        self.finalize_features(ready)
         sset = compute_scores(
             self.store,
             exp_name,
-            ids,
+            ready,
             self.proj_dim,
             self.lambda_reg,
             self.kinv_scaling,
             self.topk,
             device=self.device,
         )
+        if self._targets is not None:
+            self._targets.cursor = 0  # as traker
         self.scores = sset.scores()
         return self.scores

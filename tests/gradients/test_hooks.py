@@ -270,8 +270,6 @@ def test_the_featurizer_streams_one_module_at_a_time():
 def test_traker_attributes_a_stock_bert_with_default_settings(tmp_path):
     """No engine given: auto picks hooks for BERT (vmap cannot run it) and the scores equal
     those from traker's path with the autograd-loop computer."""
-    import logging
-
     import numpy as np
 
     from trak_dist import TRAKer
@@ -280,7 +278,7 @@ def test_traker_attributes_a_stock_bert_with_default_settings(tmp_path):
         model, batch, targets = bert(), text_batch(0), text_batch(1)
         t = TRAKer(model=model, task="text_classification", train_set_size=5, save_dir=save_dir,
                    device="cpu", proj_dim=4, lambda_reg=1e-2, use_half_precision=False,
-                   logging_level=logging.ERROR, **kw)  # fmt: skip
+                   **kw)  # fmt: skip
         t.load_checkpoint(model.state_dict(), model_id=0)
         t.featurize(batch, num_samples=5)
         t.finalize_features()

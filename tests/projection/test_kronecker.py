@@ -2,8 +2,6 @@
 factors from an independent Philox), hooks vs vmap vs the explicit matrix, prefix, statistics,
 and the store's record of it."""
 
-import logging
-
 import numpy as np
 import pytest
 import torch
@@ -12,7 +10,7 @@ from torch import nn
 
 from trak_dist import TRAKer
 from trak_dist.errors import StoreMismatchError
-from trak_dist.featurize import make_featurizer
+from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import GradientComputer, HookGradientComputer, kronecker_views
 from trak_dist.projection import FactorBlock, KroneckerProjector
 from trak_dist.projection._kron_views import shell_pairs
@@ -98,7 +96,7 @@ def test_one_module_equals_the_kronecker_product_on_the_formed_gradient(case):
     y = torch.randint(0, 3, (x.shape[0],))
     p = 60
     computer = HookGradientComputer(model, ImageClassification(), [name])
-    featurizer = make_featurizer(computer, "kronecker", p, SEED)
+    featurizer = build_featurizer(computer, "kronecker", p, SEED)
     projector = featurizer.projector
     (view,) = projector.views
     got, kinds = [], []
@@ -146,8 +144,8 @@ class Mixed(nn.Module):
 def test_hooks_vmap_and_the_explicit_matrix_agree(p):
     model, task = Mixed(), ImageClassification()
     x, y = classification_data(6)
-    hooks = make_featurizer(HookGradientComputer(model, task), "kronecker", p, SEED)
-    vmap = make_featurizer(GradientComputer(model, task), "kronecker", p, SEED)
+    hooks = build_featurizer(HookGradientComputer(model, task), "kronecker", p, SEED)
+    vmap = build_featurizer(GradientComputer(model, task), "kronecker", p, SEED)
     cols = [v.cols for v in hooks.projector.views]
     assert cols[4] == 64 and cols[6] == 72  # fc2, fc3 weights: their modules' views
     got, via_vmap = hooks.project((x, y), MODEL_ID), vmap.project((x, y), MODEL_ID)
@@ -176,9 +174,9 @@ def test_prefix_property_a_smaller_p_is_the_first_columns():
     model, task = Mixed(), ImageClassification()
     x, y = classification_data(6)
     computer = HookGradientComputer(model, task)
-    wide = make_featurizer(computer, "kronecker", 130, SEED).project((x, y), MODEL_ID)
+    wide = build_featurizer(computer, "kronecker", 130, SEED).project((x, y), MODEL_ID)
     for p in (1, 17, 49, 50):
-        narrow = make_featurizer(computer, "kronecker", p, SEED).project((x, y), MODEL_ID)
+        narrow = build_featurizer(computer, "kronecker", p, SEED).project((x, y), MODEL_ID)
         torch.testing.assert_close(wide[:, :p], narrow, rtol=1e-5, atol=1e-6)
 
 
@@ -206,7 +204,6 @@ def traker(model, save_dir, **kw):
         train_set_size=40,
         save_dir=save_dir,
         device="cpu",
-        logging_level=logging.ERROR,
         proj_dim=32,
         use_half_precision=False,
         **kw,
@@ -249,7 +246,7 @@ def test_traker_scores_equal_a_dense_solve_with_the_kronecker_matrix(tmp_path, e
     for c, st in enumerate(states):
         model.load_state_dict(st)
         comp = GradientComputer(model, task)
-        proj = make_featurizer(comp, "kronecker", p, SEED).projector.matrix(c).double()
+        proj = build_featurizer(comp, "kronecker", p, SEED).projector.matrix(c).double()
         d = comp.layout.grad_dim
 
         def feats(a, b, comp=comp, proj=proj, d=d):

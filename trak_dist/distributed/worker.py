@@ -14,7 +14,7 @@ import torch
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardResult, ShardTask
-from trak_dist.featurize import make_featurizer
+from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.scoring import gram
 from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
@@ -53,7 +53,7 @@ class Worker:
         computer = make_computer(
             model, task, cfg.task.grad_wrt, self.device, cfg.featurize.gradient_engine
         )
-        self.featurizer = make_featurizer(
+        self.featurizer = build_featurizer(
             computer,
             cfg.projection.kind,
             feature_width,

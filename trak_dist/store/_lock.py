@@ -18,16 +18,28 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def store_lock(path: str | Path) -> Iterator[None]:
+def store_lock(path: str | Path, wait: bool = True) -> Iterator[bool]:
     """Hold the inter-process lock of the local store at ``path``; no lock for URLs.
 
     Re-entrant within a process (one lock object per path), so the driver's long hold and the
     store's own creation step nest.
+
+    Args:
+        path: the store.
+        wait: block until the lock is free. With False, yield False at once when another
+            process holds it (or the store is remote): for work that may be skipped and done
+            later, such as folding staged rows.
+
+    Yields:
+        Whether the caller may go ahead (always True when ``wait``).
     """
     where = str(path)
     if "://" in where:
-        logger.warning("no lock for the remote store %s: run one featurising job at a time", where)
-        yield
+        if wait:
+            logger.warning(
+                "no lock for the remote store %s: run one featurising job at a time", where
+            )
+        yield wait
         return
     lock_file = Path(f"{Path(where).resolve()}.lock")
     lock_file.parent.mkdir(parents=True, exist_ok=True)
@@ -35,9 +47,12 @@ def store_lock(path: str | Path) -> Iterator[None]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
+        if not wait:
+            yield False
+            return
         logger.warning("waiting for another trak-dist process using %s (%s)", where, lock.lock_file)
         lock.acquire()
     try:
-        yield
+        yield True
     finally:
         lock.release()

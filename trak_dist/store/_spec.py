@@ -14,7 +14,8 @@ import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
 
-FORMAT_VERSION = 1
+# 2: row sets may hold ``staged/<writer>/`` shadows of rows not yet folded into X (_rows.py)
+FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 
 

@@ -7,6 +7,7 @@ Layout (one Zarr v3 group)::
     train/<model_id>/xtx          [p, p] float64 XᵀX once every chunk is committed
     train/<model_id>/factor/p<k>/ eigenvalues [k], eigenvectors [k, k] of XᵀX[:k, :k]
     targets/<exp>/<model_id>/     RowSet X [m, p], done
+    <row set>/staged/<writer>/    rows staged by one writer until their chunk is whole (_rows.py)
     scores/<exp>/<variant>/       see ``ScoreSet``
 """
 
@@ -26,7 +27,7 @@ from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet
 from trak_dist.store._spec import FeatureSpec
-from trak_dist.store._zarr import array, attr_int, group
+from trak_dist.store._zarr import array, attr_int, group, quiet_foreign_nodes
 
 logger = logging.getLogger(__name__)
 ATTR = "trak_dist"
@@ -80,7 +81,9 @@ class FeatureStore:
                 shutil.rmtree(where)
             root = zarr.open_group(where, mode="a")
             if ATTR not in root.attrs:
-                if len(list(root.keys())):
+                with quiet_foreign_nodes():  # other tools' files in a shared save_dir are fine
+                    foreign = list(root.keys())
+                if foreign:
                     raise StoreMismatchError(
                         f"{where} already holds data that trak_dist did not write; use a new path."
                     )

@@ -1,7 +1,11 @@
-"""Typed access to Zarr nodes: ``group[key]`` is typed ``Array | Group``; these narrow it."""
+"""Typed access to Zarr nodes (``group[key]`` is typed ``Array | Group``; these narrow it), and
+quiet listing of groups that share a directory with other files."""
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import zarr
@@ -28,3 +32,18 @@ def attr_int(node: zarr.Group | zarr.Array[Any], key: str) -> int:
     if not isinstance(value, int):
         raise StoreStateError(f"store attribute {key!r} is {value!r}, expected an integer.")
     return value
+
+
+@contextlib.contextmanager
+def quiet_foreign_nodes() -> Iterator[None]:
+    """Silence zarr's warning about non-Zarr files and folders while listing a group.
+
+    A traker ``save_dir`` often holds other things (traker's own results, logs, checkpoints);
+    zarr lists them and warns "not recognized as a component of a Zarr hierarchy" for each.
+    They are not ours and we never read them, so the warning only adds noise.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*not recognized as a component of a Zarr hierarchy"
+        )
+        yield

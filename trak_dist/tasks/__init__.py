@@ -7,11 +7,18 @@ from typing import Any
 
 from trak_dist.errors import ConfigError
 from trak_dist.tasks._base import ModelOutput, describe, margin
-from trak_dist.tasks._classification import ImageClassification, TextClassification
+from trak_dist.tasks._classification import (
+    ImageClassification,
+    IterativeImageClassification,
+    TextClassification,
+)
+from trak_dist.tasks._clip import CLIPOutput
 
 __all__ = [
     "TASKS",
+    "CLIPOutput",
     "ImageClassification",
+    "IterativeImageClassification",
     "ModelOutput",
     "TextClassification",
     "describe",
@@ -22,6 +29,8 @@ __all__ = [
 TASKS: dict[str, type[ModelOutput]] = {
     "image_classification": ImageClassification,
     "text_classification": TextClassification,
+    "iterative_image_classification": IterativeImageClassification,
+    "clip": CLIPOutput,
 }
 
 

@@ -79,3 +79,34 @@ class TextClassification(ModelOutput):
         ids, types, mask, labels = batch
         logits = self._logits(model, weights, buffers, ids, types, mask)
         return one_minus_p(logits, labels, self.loss_temperature)
+
+
+class IterativeImageClassification(ImageClassification):
+    """traker's ``iterative_image_classification``: the margin of ImageClassification, also in
+    the calling convention of traker's ``IterativeGradientComputer``.
+
+    That computer calls ``get_output(model, None, None, images, labels)`` once per batch, with a
+    plain forward pass through the model's own parameters, and differentiates each sample's
+    output with autograd. Our engines call it per sample with functional weights. Both give the
+    same margins, hence the same features, so this task works with every gradient computer.
+    """
+
+    def get_output(
+        self, model: nn.Module, weights: Params | None, buffers: Params | None, *sample: Tensor
+    ) -> Tensor:
+        if weights is None:  # traker's IterativeGradientComputer: a whole batch, ``[B]``
+            images, labels = sample
+            return margin(model(images), labels)
+        return super().get_output(model, weights, buffers or {}, *sample)
+
+    def get_out_to_loss_grad(
+        self,
+        model: nn.Module,
+        weights: Params | None,
+        buffers: Params | None,
+        batch: Sequence[Tensor],
+    ) -> Tensor:
+        if weights is None:
+            images, labels = batch
+            return one_minus_p(model(images), labels, self.loss_temperature)
+        return super().get_out_to_loss_grad(model, weights, buffers or {}, batch)

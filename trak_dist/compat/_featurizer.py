@@ -1,0 +1,75 @@
+"""traker's featurize step, for gradient computers and projectors that speak traker's formats."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from trak_dist.batches import Batch, micro_batches
+from trak_dist.compat._gradients import TrakerGradients
+from trak_dist.compat._projector import TrakerProjector
+from trak_dist.errors import ConfigError
+from trak_dist.featurize import Featurizer
+from trak_dist.gradients import GradientComputer
+from trak_dist.projection import Projector
+
+
+class DirectFeaturizer:
+    """Rows of X and Q the way traker 0.3.2 makes them: the computer's per-sample gradients go to
+    the projector as the computer returns them (a named dict or a ``[B, d]`` tensor), and the
+    projection is divided by sqrt(d) in the projector's output dtype.
+
+    Used whenever one side is a traker class: traker projectors may read the dict's names, and
+    traker computers return shapes our Featurizer does not take. Micro-batched like Featurizer.
+
+    Args:
+        computer: ours or a TrakerGradients.
+        projector: ours or a TrakerProjector.
+        micro_batch: samples per call; None for the whole batch.
+    """
+
+    def __init__(
+        self,
+        computer: GradientComputer | TrakerGradients,
+        projector: Projector,
+        micro_batch: int | None = None,
+    ) -> None:
+        d = computer.layout.grad_dim
+        if projector.grad_dim != d:
+            raise ConfigError(
+                f"the projector was built for grad_dim={projector.grad_dim}, the model's "
+                f"selected parameters have {d} entries; build both from the same grad_wrt."
+            )
+        if micro_batch is not None and micro_batch < 1:
+            raise ConfigError(f"micro_batch={micro_batch}; expected a positive integer or None.")
+        self.computer = computer
+        self.projector = projector
+        self.micro_batch = micro_batch
+        # as traker: sqrt(d) in float32
+        self.normalize_factor = torch.sqrt(torch.tensor(d, dtype=torch.float32))
+
+    def project(self, batch: Batch, model_id: int) -> Tensor:
+        """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
+        out = []
+        for mb in micro_batches(batch, self.micro_batch):
+            x = self.projector.project(self.computer.per_sample_grads(mb), model_id)
+            # traker divides in place, so in the projector's dtype (float16 for some projectors)
+            x = x / self.normalize_factor.to(x.device)
+            out.append(x.to(torch.float32).cpu())
+        return torch.cat(out)
+
+    def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
+        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
+        x = self.project(batch, model_id)
+        pieces = micro_batches(batch, self.micro_batch)
+        q = torch.cat([self.computer.out_to_loss(mb).cpu() for mb in pieces])
+        return x, q
+
+
+def make_featurizer(
+    computer: GradientComputer | TrakerGradients, projector: Projector, micro_batch: int | None
+) -> Featurizer | DirectFeaturizer:
+    """Our Featurizer (the fast path) unless a traker class is on either side."""
+    if isinstance(computer, GradientComputer) and not isinstance(projector, TrakerProjector):
+        return Featurizer(computer, projector, micro_batch)
+    return DirectFeaturizer(computer, projector, micro_batch)

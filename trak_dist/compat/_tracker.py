@@ -1,0 +1,79 @@
+"""TRAKer's bookkeeping of which rows a process still has to compute, and how it writes them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable
+
+import numpy as np
+
+from trak_dist.errors import ConfigError, StoreStateError, TrakerUsageError
+from trak_dist.store import RowSet, store_lock
+
+
+class RowTracker:
+    """The rows of one row set this process still has to compute, and the ``num_samples=``
+    cursor (consecutive calls fill consecutive rows, as in traker).
+
+    ``done`` is a snapshot, taken at load time, of the rows any process committed or staged;
+    rows another process stages later are computed again here (the same values: only work is
+    lost). Writes go through ``RowSet.write_rows`` under its TRAKer's own writer name: whole
+    chunks straight into X, other rows staged, and folded into X right away when the store lock
+    is free (``finalize_*`` folds whatever is left).
+    """
+
+    def __init__(self, rows: RowSet, where: str, writer: str) -> None:
+        self.rows = rows
+        self.where = where
+        self.writer = writer
+        self.done = rows.rows_done()
+        self.cursor = 0
+
+    def take(self, inds: Iterable[int] | None, num_samples: int | None) -> np.ndarray:
+        """The rows of the next batch: ``inds``, or the next ``num_samples`` rows."""
+        if (inds is None) == (num_samples is None):
+            raise TrakerUsageError("Exactly one of num_samples and inds should be specified.")
+        if inds is not None:
+            rows = np.asarray(inds.cpu() if hasattr(inds, "cpu") else inds).reshape(-1)
+        else:
+            rows = np.arange(self.cursor, self.cursor + int(num_samples), dtype=np.int64)  # type: ignore[arg-type]
+            self.cursor += len(rows)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.rows.n):
+            raise ConfigError(
+                f"rows [{rows.min()}, {rows.max()}] fall outside the {self.rows.n} rows of this "
+                "set. Check inds=, or num_samples= against train_set_size / num_targets."
+            )
+        return rows.astype(np.int64)
+
+    def pending(self, inds: np.ndarray) -> np.ndarray:
+        return ~self.done[inds]
+
+    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None = None) -> None:
+        touched = self.rows.write_rows(inds, x, q, writer=self.writer)
+        self.done[inds] = True
+        # only chunks complete as far as this process knows; rows other processes stage after
+        # our snapshot complete theirs, and finalize folds the rest (saves a fold per batch)
+        size = self.rows.chunk_rows
+        whole = [c for c in touched if self.done[c * size : (c + 1) * size].all()]
+        if whole:
+            with store_lock(self.where, wait=False) as free:
+                if free:
+                    self.rows.fold(np.asarray(whole))
+
+
+def writer_name() -> str:
+    """A staging writer name no other process can share (one per TRAKer)."""
+    return f"w{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def fold_all(rows: RowSet, what: str, noun: str) -> None:
+    """Fold every staged row into X (caller holds the store lock); error if rows are missing."""
+    rows.fold()
+    if rows.is_complete():
+        return
+    missing = np.flatnonzero(~rows.rows_done())
+    raise StoreStateError(
+        f"{what}: {len(missing)} of {rows.n} {noun} have no features yet (e.g. rows "
+        f"{missing[:5].tolist()}). Featurise every row first (any process may fill any rows)."
+    )
