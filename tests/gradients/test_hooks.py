@@ -4,7 +4,7 @@ dense features, module by module, on an MLP, a CNN, BERT and GPT-2 from tiny con
 import pytest
 import torch
 from helpers import classification_data, mlp
-from hf_models import (
+from hook_models import (
     NextTokenMargins,
     bert,
     gpt2_classifier,
