@@ -28,7 +28,7 @@ def test_help_lists_the_config_groups(tmp_path):
     assert out.returncode == 0
     for line in (
         "cluster: local, ray, slurm",
-        "projection: identity, normal, rademacher",
+        "projection: identity, kronecker, normal, rademacher",
         "task: causal_lm, image_classification, text_classification",
         "data: custom, digits",
     ):
@@ -43,6 +43,7 @@ def test_help_lists_the_config_groups(tmp_path):
         ("featurize.shard_rows=100", "featurize.shard_rows=100 is not a multiple of store.chunk"),
         ("model.factory=nowhere:make", "model.factory='nowhere:make' could not be imported"),
         ("cluster=ray", "cluster=ray joins a running Ray cluster, but neither cluster.address"),
+        ("featurize.gradient_engine=jax", "FeaturizeConfig.gradient_engine='jax'; expected one"),
     ],
 )
 def test_bad_values_get_one_clear_line_and_exit_2(tmp_path, override, message):
@@ -89,3 +90,20 @@ def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
     # a digit's own image is its strongest proponent far more often than chance
     variant = report["variants"][0]
     assert variant["proponent_label_agreement"] > 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_kronecker_projection_from_the_command_line(tmp_path, digits_checkpoints):
+    common = ["progress=false", f"model.checkpoints=[{digits_checkpoints[0]}]", "proj_dim=64"]
+    out = trak_dist(
+        ["hydra.run.dir=run1", "projection=kronecker", "lambda_reg=1e-2", *common], tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "run1" / "trak_report.json").read_text())
+    assert report["rows_computed"] == {"train": 1500, "target": 297}
+    assert report["variants"][0]["proponent_label_agreement"] > 0.2
+    # the store says it holds Kronecker features: asking for Rademacher ones is refused
+    again = trak_dist(["hydra.run.dir=run2", "projection=rademacher", *common], tmp_path)
+    assert again.returncode == 2
+    assert "projection: store has 'kronecker', requested 'rademacher'" in again.stderr

@@ -9,7 +9,6 @@ that engine is in the tree, those cases are expected to fail with the ConfigErro
 it (strict xfail: they must start passing when it lands).
 """
 
-import dataclasses
 import json
 import logging
 import math
@@ -25,7 +24,7 @@ import trak_dist as td
 from trak_dist import TRAKer
 from trak_dist.batches import slice_batch
 from trak_dist.config import FeaturizeConfig, ProjectionConfig
-from trak_dist.errors import ConfigError, WorkerFailedError
+from trak_dist.errors import ConfigError
 from trak_dist.examples import tiny_bert, tiny_lm
 from trak_dist.gradients import IterativeGradientComputer
 from trak_dist.projection import rademacher_block
@@ -33,20 +32,6 @@ from trak_dist.sources import batch_of
 from trak_dist.store import FeatureStore
 from trak_dist.tasks import resolve_task
 
-HOOKS = "gradient_engine" in {f.name for f in dataclasses.fields(FeaturizeConfig)}
-needs_hooks = pytest.mark.xfail(
-    not HOOKS,
-    raises=ConfigError,
-    strict=True,
-    reason="default attention needs the module-hook gradient engine (issue 9, hooks stream)",
-)
-# on Ray the ConfigError arrives as the WorkerFailedError that carries it
-needs_hooks_on_ray = pytest.mark.xfail(
-    not HOOKS,
-    raises=(ConfigError, WorkerFailedError),
-    strict=True,
-    reason="default attention needs the module-hook gradient engine (issue 9, hooks stream)",
-)
 N, M, P, LAMBDA, SEED = 16, 5, 32, 1e-2, 3
 
 
@@ -131,8 +116,8 @@ def traker_scores(make, task_name, states, train, targets, save_dir, **kw):
 @pytest.mark.parametrize(
     ("name", "attn", "kw"),
     [
-        pytest.param("gpt2", None, {}, marks=needs_hooks, id="gpt2-default"),
-        pytest.param("bert", None, {}, marks=needs_hooks, id="bert-default"),
+        pytest.param("gpt2", None, {}, id="gpt2-default"),
+        pytest.param("bert", None, {}, id="bert-default"),
         pytest.param("gpt2", "eager", {}, id="gpt2-eager-vmap"),
         pytest.param(
             "bert", None, {"gradient_computer": IterativeGradientComputer}, id="bert-loop"
@@ -165,7 +150,7 @@ def lm_states(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "attn",
-    [pytest.param(None, marks=needs_hooks_on_ray, id="default"), pytest.param("eager", id="eager")],
+    [pytest.param(None, id="default"), pytest.param("eager", id="eager")],
 )
 def test_run_on_ray_equals_traker(ray_session, lm_states, attn, tmp_path):
     """causal_lm with dict samples through the Ray pipeline (2 workers) gives TRAKer's scores."""
@@ -229,7 +214,6 @@ def bert_trained(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.ray
-@needs_hooks
 def test_cli_bert_text_classification(bert_trained, tmp_path):
     """``trak-dist model=custom`` on a stock BertForSequenceClassification, default attention:
     the top proponents of a target mostly carry its label (chance: 1/3)."""
@@ -247,7 +231,6 @@ def test_cli_bert_text_classification(bert_trained, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ray
-@needs_hooks
 def test_cli_gpt2_causal_lm(lm_states, tmp_path):
     """``trak-dist model=custom task=causal_lm`` on a stock GPT2LMHeadModel, default attention,
     dict samples; the train set scored as targets: each piece of text is its own strongest

@@ -100,7 +100,8 @@ def run(
         address: a Ray cluster to join (None: start one in-process).
         grad_wrt: parameter names to differentiate (None: all).
         sections: replacements for whole config sections, e.g.
-            ``featurize=FeaturizeConfig(micro_batch=16)``, ``scoring=ScoringConfig(topk=50)``.
+            ``featurize=FeaturizeConfig(micro_batch=16, gradient_engine="hooks")``,
+            ``projection=ProjectionConfig(kind="kronecker")``, ``scoring=ScoringConfig(topk=50)``.
 
     Raises:
         TrakDistError: a subclass saying what failed (``ConfigError``, ``NonFiniteError``,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trak_dist.errors import ConfigError
+from trak_dist.gradients import ENGINES
 from trak_dist.projection import BACKENDS, ProjectionKind
 from trak_dist.scoring import KINV_SCALINGS
 from trak_dist.store import CODECS
@@ -102,7 +103,9 @@ class FeaturizeConfig:
     """How workers featurise.
 
     Attributes:
-        micro_batch: samples per vmap call: sets a worker's peak memory.
+        micro_batch: samples per gradient call: sets a worker's peak memory.
+        gradient_engine: ``auto`` (hooks when the task has ``get_outputs`` and every selected
+            parameter's module has a hook rule, else vmap), ``vmap`` or ``hooks``.
         shard_rows: rows per task, a multiple of ``store.chunk_rows`` (None: about four shards
             per worker).
         half_precision: store X in float16 (traker's default) instead of float32.
@@ -115,10 +118,12 @@ class FeaturizeConfig:
     half_precision: bool = True
     device: str = "auto"
     max_task_retries: int = 2
+    gradient_engine: str = "auto"
 
     def __post_init__(self) -> None:
         _positive(self, "micro_batch", "shard_rows")
         _one_of(self, "device", DEVICES)
+        _one_of(self, "gradient_engine", ENGINES)
         if self.max_task_retries < 0:
             raise ConfigError(f"max_task_retries={self.max_task_retries}; expected ≥ 0.")
 

@@ -11,7 +11,18 @@ import cloudpickle
 import numpy as np
 import pytest
 from clusters import LOOPBACK_ENV, free_port
-from pipeline import CHUNK, LAMBDA, P, job_scores, small_job, traker_scores
+from pipeline import (
+    CHUNK,
+    LAMBDA,
+    WIDE,
+    P,
+    job_scores,
+    kron_job,
+    run_in_process,
+    small_job,
+    stored_features,
+    traker_scores,
+)
 from torch.utils.data import Dataset
 
 from launch.slurm import submit_array, submit_ray
@@ -45,6 +56,24 @@ def test_array_mode_reduces_after_its_tasks(
     assert sum(r["rows_computed"] for r in results) == 2 * (1500 + 297)
     assert Path(summary["report"]).is_file()
     close(job_scores(cfg), reference)
+
+
+def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_factory, monkeypatch):
+    """The array route's plain Workers write the same Kronecker features as an in-process run."""
+
+    monkeypatch.chdir(ROOT)
+    cache = tmp_path_factory.mktemp("cache")
+    checkpoints = digits.checkpoints(num=1, epochs=3, cache_dir=str(cache), hidden=WIDE)
+    reference = kron_job(tmp_path / "ref.zarr", checkpoints)
+    run_in_process(reference)
+    cfg = kron_job(tmp_path / "s.zarr", checkpoints)
+    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    reduce.result()
+    assert sum(j.result()["rows_computed"] for j in jobs) == 1500 + 297
+    x, s = stored_features(cfg)
+    x_ref, s_ref = stored_features(reference)
+    np.testing.assert_array_equal(x, x_ref)
+    close(s, s_ref)  # the reduce job sums XᵀX from the store, in another order
 
 
 def test_ray_mode_runs_a_cluster_inside_the_allocation(

@@ -143,3 +143,21 @@ def test_causal_lm_labels_outside_the_vocabulary_name_the_sample():
     params = {k: v.detach() for k, v in model.named_parameters()}
     with pytest.raises(LabelError, match=r"at batch positions \[2\]"):
         task.get_out_to_loss_grad(model, params, {}, batch)
+
+
+def test_hook_engine_names_a_target_label_outside_the_classes():
+    """The hook engine runs the plain forward pass: even a target row (no Q) is named."""
+    from helpers import classification_data, mlp
+
+    from trak_dist.errors import LabelError
+    from trak_dist.featurize import Featurizer
+    from trak_dist.gradients import HookGradientComputer
+    from trak_dist.projection import make_projector
+
+    model = mlp()
+    x, y = classification_data(10)
+    y[7] = 3  # C = 3
+    computer = HookGradientComputer(model, ImageClassification())
+    projector = make_projector("rademacher", computer.layout.grad_dim, 8, 0, "cpu")
+    with pytest.raises(LabelError, match=r"\[3\] at batch positions \[7\]"):
+        Featurizer(computer, projector, micro_batch=4).project((x, y), model_id=0)

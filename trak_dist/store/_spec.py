@@ -25,7 +25,7 @@ class FeatureSpec:
 
     Attributes:
         proj_dim: p the features were computed at; any p' ≤ p can be scored (prefix property).
-        projection: ``rademacher``, ``normal`` or ``identity``.
+        projection: ``rademacher``, ``normal``, ``identity`` or ``kronecker``.
         seed: projector seed.
         grad_wrt: parameter names differentiated, or None for all.
         model_output: the task's ``module:Class``.
@@ -35,6 +35,8 @@ class FeatureSpec:
         dtype: storage dtype of X, ``float16`` or ``float32``.
         chunk_rows: rows per Zarr chunk; the unit of work and of commits.
         format_version: layout version of the store.
+        projection_params: what else defines P (the Kronecker projector's ``spec_params``:
+            column sharing, pair order, digest of the parameter views); empty for the others.
     """
 
     proj_dim: int
@@ -48,6 +50,7 @@ class FeatureSpec:
     dtype: str = "float16"
     chunk_rows: int = 256
     format_version: int = FORMAT_VERSION
+    projection_params: str = ""
 
     def __post_init__(self) -> None:
         for name in ("proj_dim", "grad_dim", "train_size", "chunk_rows"):
