@@ -419,16 +419,22 @@ def test_api_nan_target_row_is_refused(ray_session, tmp_path, digits_checkpoints
 @pytest.mark.ray
 def test_api_labels_outside_the_classes_are_refused(ray_session, tmp_path, digits_checkpoints):
     """−1 no longer scores as the last class: a train label of −1 is a LabelError naming the
-    row; a target label ≥ C (seen only inside vmap) poisons its row, which is refused."""
+    row. A target label ≥ C is one too with the hook engine (a plain forward pass); inside
+    vmap the labels cannot be read, so it poisons its row, which is refused as non-finite."""
     with pytest.raises(LabelError) as e:
         _api_run(tmp_path, digits_checkpoints, _digits("train", {17: -1}), _digits("targets"))
     msg = _clean(e.value, LabelError)
     assert "[-1] at train set rows [17]" in msg and "[0, 10)" in msg
     assert committed_chunks(tmp_path / "store.zarr") == set()
 
+    small, bad = _digits("train", rows=256), _digits("targets", {3: 10})
+    hooks = {"featurize": FeaturizeConfig(half_precision=False, gradient_engine="hooks")}
+    with pytest.raises(LabelError) as e:
+        _api_run(tmp_path / "hooks", digits_checkpoints, small, bad, sections=hooks)
+    assert "[10] at target set 'targets' rows [3]" in _clean(e.value, LabelError)
+    vmap = {"featurize": FeaturizeConfig(half_precision=False, gradient_engine="vmap")}
     with pytest.raises(NonFiniteError) as e:
-        small = _digits("train", rows=256)
-        _api_run(tmp_path / "t", digits_checkpoints, small, _digits("targets", {3: 10}))
+        _api_run(tmp_path / "vmap", digits_checkpoints, small, bad, sections=vmap)
     msg = _clean(e.value, NonFiniteError)
     assert "rows [3]" in msg and "labels outside the model's classes" in msg
 

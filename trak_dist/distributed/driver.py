@@ -126,6 +126,7 @@ def run_job(
         finally:
             actors = state.workers if keep_alive or reducer is None else [*state.workers, reducer]
             _ray.stop(actors, force=interrupted)
+            _drain(state)
             if started and (interrupted or not keep_alive):
                 ray.shutdown()
     phases["total"] = time.perf_counter() - t0
@@ -280,6 +281,17 @@ def _fill(state: DriverState) -> None:
         task = state.pending.pop_for(slot)
         meta, xtx = state.workers[slot].run.options(num_returns=2).remote(task)
         state.inflight[meta] = (task, slot, xtx)
+
+
+def _drain(state: DriverState) -> None:
+    """After a failure: read the errors of the shards still in flight (their workers failed
+    too, or were stopped), so that Ray prints none of them as an "Unhandled error"."""
+    refs = [r for meta, (_, _, xtx) in state.inflight.items() for r in (meta, xtx)]
+    state.inflight.clear()
+    if refs:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=2.0)
+        for ref in ready:
+            _consume(ref)
 
 
 def _consume(ref: Any) -> None:
