@@ -11,6 +11,7 @@ from trak_dist.errors import (
     TrakDistError,
     WorkerFailedError,
 )
+from trak_dist.lds import Evaluation, evaluate
 from trak_dist.projection import ProjectionKind, make_projector
 from trak_dist.store import FeatureSpec, FeatureStore
 from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification
@@ -20,6 +21,7 @@ __all__ = [
     "Attribution",
     "ConfigError",
     "CudaExtUnavailableError",
+    "Evaluation",
     "FeatureSpec",
     "FeatureStore",
     "IllConditionedError",
@@ -33,6 +35,7 @@ __all__ = [
     "TextClassification",
     "TrakDistError",
     "WorkerFailedError",
+    "evaluate",
     "make_projector",
     "run",
 ]

@@ -24,7 +24,7 @@ from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import IdentityProjector, ProjectionKind, Projector, make_projector
-from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
+from trak_dist.scoring import compute_scores, ensure_factor, parse_lambda, xtx_from_rows
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -80,9 +80,12 @@ class _RowTracker:
 class TRAKer:
     """TRAK scores for a model, its checkpoints, a train set and target sets (traker's API).
 
-    Arguments are traker 0.3.2's; ``gradient_computer``, ``projector``, ``proj_max_batch_size``
-    behave as there (the latter is ignored: our kernel takes any batch size). ``saver`` and
-    ``score_computer`` are not supported (the Zarr store replaces them). Extra keywords:
+    Arguments are traker 0.3.2's, except that ``lambda_reg`` defaults to ``"auto"`` (λ per
+    checkpoint from the spectrum of XᵀX; a number keeps traker's meaning, and
+    ``lambda_reg=0.0`` is traker's default); ``gradient_computer``, ``projector``,
+    ``proj_max_batch_size`` behave as there (the latter is ignored: our kernel takes any batch
+    size). ``saver`` and ``score_computer`` are not supported (the Zarr store replaces them).
+    Extra keywords:
 
     Args:
         micro_batch_size: samples per vmap call (bounds memory); None for the whole batch.
@@ -111,7 +114,7 @@ class TRAKer:
         proj_max_batch_size: int = 32,
         projector_seed: int = 0,
         grad_wrt: Iterable[str] | None = None,
-        lambda_reg: float = 0.0,
+        lambda_reg: float | str = "auto",
         *,
         micro_batch_size: int | None = None,
         projection: str = "rademacher",
@@ -130,7 +133,7 @@ class TRAKer:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.task = resolve_task(task)
-        self.lambda_reg = float(lambda_reg)
+        self.lambda_reg = parse_lambda(lambda_reg)
         self.kinv_scaling = kinv_scaling
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)
