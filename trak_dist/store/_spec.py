@@ -14,7 +14,10 @@ import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
 
-FORMAT_VERSION = 1
+# 2: score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
+#    named ``p<k>_lambdaauto``; an ``eval/<exp>`` group holds the LDS's subset models (EvalSet).
+#    Additive: version-1 data reads the same.
+FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 
 
