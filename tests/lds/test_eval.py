@@ -62,6 +62,18 @@ def test_a_recipe_that_does_not_fit_the_model_is_one_clear_error(tmp_path):
         SubsetTrainer(odd).margins(np.arange(10), 0)
 
 
+def test_the_example_recipe_with_another_model_is_refused_before_training(tmp_path):
+    import dataclasses
+
+    from trak_dist.config import ModelConfig
+    from trak_dist.distributed.eval_driver import run_eval
+
+    cfg = job(tmp_path / "s.zarr")
+    cfg = dataclasses.replace(cfg, model=ModelConfig(factory="pkg.mod:make", checkpoints=[]))
+    with pytest.raises(ConfigError, match="set eval.recipe=pkg.module:train"):
+        run_eval(cfg)
+
+
 @pytest.fixture(scope="module")
 def digits_store(tmp_path_factory, digits_checkpoints):
     """The digits example featurised at p=64 by TRAKer and scored at λ=auto and λ=1."""

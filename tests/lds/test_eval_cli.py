@@ -23,6 +23,13 @@ def done_models(store):
         return np.zeros(0, dtype=bool)
 
 
+def test_eval_help_names_its_options(tmp_path):
+    out = trak_dist(["eval", "--help"], tmp_path)
+    assert out.returncode == 0
+    assert out.stdout.startswith("usage: trak-dist eval [OVERRIDE ...]")
+    assert "eval.num_models (100), eval.alpha (0.5)" in out.stdout
+
+
 def test_eval_without_a_store_is_one_clear_line(tmp_path):
     out = trak_dist(["eval", "store.path=nowhere.zarr"], tmp_path)
     assert out.returncode == 2

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayError, RayTaskError
 from tqdm.auto import tqdm
 
-from trak_dist.config import JobConfig
+from trak_dist.config import EvalConfig, JobConfig, ModelConfig
 from trak_dist.distributed import _ray
 from trak_dist.distributed.driver import _absolute_store
-from trak_dist.errors import StoreStateError, TrakDistError, WorkerFailedError
+from trak_dist.errors import ConfigError, StoreStateError, TrakDistError, WorkerFailedError
 from trak_dist.lds._retrain import SubsetTrainer
 from trak_dist.store import EvalSet, FeatureStore, store_lock
 
@@ -95,6 +95,12 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
         on_model: called with j after subset model j is stored (progress, fault injection).
     """
     t0 = time.perf_counter()
+    if cfg.eval.recipe == EvalConfig.recipe and cfg.model.factory != ModelConfig.factory:
+        raise ConfigError(
+            f"eval.recipe is the digits example's ({EvalConfig.recipe}) but model.factory="
+            f"{cfg.model.factory!r}: set eval.recipe=pkg.module:train to the function that "
+            "trains your model, train(indices, seed) -> state_dict."
+        )
     cfg = _absolute_store(cfg)
     _, ev = open_eval(cfg)
     todo = [j for j in np.flatnonzero(~ev.done()) if j < cfg.eval.num_models]
@@ -116,6 +122,13 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
     )
 
 
+def _window(cfg: JobConfig) -> int:
+    """Tasks in flight at once: twice what the cluster runs in parallel, so that workers never
+    wait, while the subsets' indices (n·α each) of queued tasks stay few."""
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    return max(2, min(256, 2 * int(cpus / max(cfg.eval.cpus_per_model, 1e-3))))
+
+
 def _train_all(
     cfg: JobConfig, ev: EvalSet, todo: list[int], on_model: Callable[[int], None] | None
 ) -> None:
@@ -125,30 +138,44 @@ def _train_all(
         max_retries=cfg.featurize.max_task_retries,  # a dead worker process, not an exception
     )
     cfg_ref = ray.put(cfg)
-    refs = {
-        task.remote(cfg_ref, np.flatnonzero(ev.mask(j)), recipe_seed(cfg.eval.seed, j)): j
-        for j in todo
-    }
+    queue = list(reversed(todo))
+    refs: dict[Any, int] = {}
+    window = _window(cfg)
+
+    def submit() -> None:
+        while queue and len(refs) < window:
+            j = queue.pop()
+            indices = np.flatnonzero(ev.mask(j))
+            refs[task.remote(cfg_ref, indices, recipe_seed(cfg.eval.seed, j))] = j
+
     bar = tqdm(total=len(todo), desc="subset models", unit="model", disable=not cfg.progress)
     try:
+        submit()
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
             for ref in ready:
                 j = refs.pop(ref)
-                try:
-                    margins = ray.get(ref)
-                except RayTaskError as e:
-                    if isinstance(e.cause, TrakDistError):
-                        raise e.cause from None  # the recipe's or config's own clear message
-                    raise WorkerFailedError(
-                        f"training subset model {j} failed: {e.cause!r}. The {ev.done().sum()} "
-                        "finished models are kept; fix the recipe and rerun `trak-dist eval`."
-                    ) from e
-                ev.write(j, margins)
+                ev.write(j, _result(ref, j, ev))
                 bar.update()
+                submit()
                 if on_model is not None:
                     on_model(j)
     finally:
         bar.close()
         for ref in refs:
             ray.cancel(ref, force=True)
+
+
+def _result(ref: Any, j: int, ev: EvalSet) -> np.ndarray:
+    try:
+        return np.asarray(ray.get(ref))
+    except RayTaskError as e:
+        if isinstance(e.cause, TrakDistError):
+            raise e.cause from None  # the recipe's or config's own clear message
+        cause: Any = e.cause
+    except RayError as e:  # the task's worker died more often than max_retries allows
+        cause = e
+    raise WorkerFailedError(
+        f"training subset model {j} failed: {cause!r}. The {int(ev.done().sum())} finished "
+        "models are kept; fix the cause and rerun `trak-dist eval`."
+    ) from cause

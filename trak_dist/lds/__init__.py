@@ -4,19 +4,20 @@
 set with your recipe, as Ray tasks, stores each one's target outputs as it finishes, and
 reports the LDS of every score set of the experiment in the store.
 
-Example (the digits example's store, after ``trak_dist.run`` or ``trak-dist``)::
+Example (after ``trak_dist.run``'s example, on its store)::
 
     import trak_dist
     from trak_dist.examples import digits
 
     ev = trak_dist.evaluate(
-        recipe=digits.train_subset,       # train(indices, seed) -> state_dict
+        recipe=digits.train_subset,           # train(indices, seed) -> state_dict
         model=digits.make_model,
         targets=digits.target_set,
         store="my_store.zarr",
-        num_models=100,
+        num_models=20,                        # default 100: the more, the tighter the interval
     )
-    print(ev.to_markdown())              # LDS and interval of every scored variant
+    print(ev.to_markdown())                  # LDS and interval of every scored variant
+    lds = ev.best.result.lds
 """
 
 from __future__ import annotations
