@@ -40,7 +40,7 @@ def test_eval_without_a_store_is_one_clear_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path):
-    first = trak_dist(["hydra.run.dir=run1", "progress=false"], tmp_path)
+    first = trak_dist(["hydra.run.dir=run1", "progress=false"], tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "- λ: auto (" in first.stdout and "LDS: not measured" in first.stdout
 
@@ -69,7 +69,9 @@ def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path)
     assert 4 <= killed.sum() < M, f"{killed.sum()} of {M} done before the kill"
     kept = np.asarray(zarr.open_group(str(store), mode="r")["eval/targets/margins"][:])[killed]
 
-    second = trak_dist(["eval", f"eval.num_models={M}", "eval.output_dir=lds"], tmp_path)
+    second = trak_dist(
+        ["eval", f"eval.num_models={M}", "eval.output_dir=lds"], tmp_path, timeout=900
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     k = int(killed.sum())
     assert f"subset models: {M - k} trained, {k} reused from the store" in second.stdout
@@ -86,7 +88,9 @@ def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path)
 
     # a sweep over λ now reports the LDS of every point and names the best one
     sweep = trak_dist(
-        ["-m", "lambda_reg=auto,0.01", "hydra.sweep.dir=sweep", "progress=false"], tmp_path
+        ["-m", "lambda_reg=auto,0.01", "hydra.sweep.dir=sweep", "progress=false"],
+        tmp_path,
+        timeout=900,
     )
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     with open(tmp_path / "sweep" / "sweep_summary.csv") as f:

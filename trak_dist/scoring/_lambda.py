@@ -14,9 +14,9 @@ digits example's MLP, CNN and transformer at p = 512 < n = 1500 and p = 2048 ≥
 each case's best LDS: λ = 0.007·e_max 0.974 (≥ 0.95 for constants 0.005 … 0.011);
 λ giving 85 effective dimensions Σe/(e+λ) 0.973; λ = 1.26·trace/min(n, p) 0.963 (≥ 0.95 for
 1.0 … 1.4); λ = 1.41·mean eigenvalue 0.955 (only at 1.4). Bergson's default, 0.1·mean
-eigenvalue, reaches 0.72 at p ≥ n: these models want far more damping. The largest eigenvalue
-is the simplest of the rules that keep a wide margin; benchmarks/lds.py checks it on fresh
-subset models (benchmarks/RESULTS.md).
+eigenvalue, reaches 0.71 at p ≥ n: these models want far more damping. The largest eigenvalue
+is the simplest of the rules that keep a wide margin (``python -m benchmarks.lds_rules``);
+``python -m benchmarks.lds`` checks it on fresh subset models (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
