@@ -70,7 +70,7 @@ def test_the_example_recipe_with_another_model_is_refused_before_training(tmp_pa
 
     cfg = job(tmp_path / "s.zarr")
     cfg = dataclasses.replace(cfg, model=ModelConfig(factory="pkg.mod:make", checkpoints=[]))
-    with pytest.raises(ConfigError, match="set eval.recipe=pkg.module:train"):
+    with pytest.raises(ConfigError, match=r"set eval\.recipe=pkg\.module:train"):
         run_eval(cfg)
 
 
