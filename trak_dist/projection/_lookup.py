@@ -19,8 +19,6 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import embedding_bag
 
-from trak_dist.projection._packed import PACK
-
 # signed sums of 4 entries: row v holds the signs (+1 for a 0 bit) of v's 4 bits
 _NIBBLE_SIGNS = (1 - 2 * ((torch.arange(16)[:, None] >> torch.arange(4)) & 1)).to(torch.float32)
 # tables of one sub-chunk stay this small (in a core's L2) while the p lookups into them run;
@@ -44,20 +42,23 @@ def lookup_accumulate(acc_t: torch.Tensor, grads_t: torch.Tensor, packed: torch.
     """
     p, batch = acc_t.shape
     n_groups = packed.shape[1]
-    step = groups_per_call(batch)
+    if n_groups == 0:
+        return
+    step = min(n_groups, groups_per_call(batch))
     signs = _NIBBLE_SIGNS.to(acc_t.device)
     tables = torch.empty(step, 16, 16, batch, dtype=torch.float32, device=acc_t.device)
     offsets = torch.arange(step, dtype=torch.int32, device=acc_t.device) * 256
     index = torch.empty(p, step, dtype=torch.int32, device=acc_t.device)
+    # signed sums of the low and the high four rows of every group, 16 each: [G, 2, 16, B] in
+    # one matmul (one per call cost more in dispatch than in arithmetic)
+    halves = torch.matmul(signs, grads_t.view(2 * n_groups, 4, batch))
+    halves = halves.view(n_groups, 2, 16, batch)
     for g0 in range(0, n_groups, step):
         g1 = min(n_groups, g0 + step)
         m = g1 - g0
-        # sums of the low and high four rows separately (16 each), then all 256 byte sums
-        # T[hi·16 + lo] = high[hi] + low[lo]: one broadcast add writes each entry once
-        halves = torch.matmul(signs, grads_t[PACK * g0 : PACK * g1].view(2 * m, 4, batch))
-        halves = halves.view(m, 2, 16, batch)
+        # all 256 byte sums T[hi·16 + lo] = high[hi] + low[lo]: one broadcast add
         t = tables[:m]
-        torch.add(halves[:, 1, :, None], halves[:, 0, None], out=t)
+        torch.add(halves[g0:g1, 1, :, None], halves[g0:g1, 0, None], out=t)
         idx = index[:, :m]
         torch.add(offsets[:m], packed[:, g0:g1], out=idx)
         acc_t += embedding_bag(idx, t.view(m * 256, batch), mode="sum")
