@@ -59,6 +59,23 @@ def test_rademacher_projection_equals_the_reference_product(
         torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=float32_atol(g))
 
 
+def test_lookup_on_several_threads():
+    """Windows spread over torch's threads: the same projection; the thread count restored."""
+    d, p = 5000, 1024
+    g = torch.randn(3, d, dtype=torch.float64)
+    ref = g @ rademacher_block(1, 0, 0, d, 0, p).double()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        for cache_bytes in (1 << 30, 0):  # cached (filled before the threads start), regenerated
+            proj = TorchProjector(d, p, seed=1, block_rows=512, cache_bytes=cache_bytes)
+            got = proj.project(g.float(), 0)
+            torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=float32_atol(g))
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cache_rule():
     """Packed P: ceil(d/8)·p bytes, whole when it fits in cache_bytes, else whole windows."""
     cnn = TorchProjector(373_322, 2048)

@@ -16,6 +16,9 @@ order of additions than a matmul, so results agree with ``g @ P`` to float32 rou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 from torch.nn.functional import embedding_bag
 
@@ -62,3 +65,34 @@ def lookup_accumulate(acc_t: torch.Tensor, grads_t: torch.Tensor, packed: torch.
         idx = index[:, :m]
         torch.add(offsets[:m], packed[:, g0:g1], out=idx)
         acc_t += embedding_bag(idx, t.view(m * 256, batch), mode="sum")
+
+
+def run_threads(jobs: list[Callable[[], None]]) -> None:
+    """Run ``jobs`` on as many Python threads, every torch op in them single-threaded.
+
+    The lookup is thousands of small ops per micro-batch. Letting each use torch's OpenMP team
+    puts a barrier after every one of them, and on a machine with more runnable processes than
+    cores a descheduled team member stalls them all: with 2 threads the lookup took ~10× the CPU
+    time of 1 thread on this project's shared 2-core machine. Independent jobs (row windows with
+    their own accumulators) on separate threads, each op serial, meet once.
+    """
+    if len(jobs) == 1:
+        jobs[0]()
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pool = _pool(len(jobs))
+        for done in [pool.submit(job) for job in jobs]:
+            done.result()
+    finally:
+        torch.set_num_threads(previous)
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    if threads not in _POOLS:
+        _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="trak-dist-lookup")
+    return _POOLS[threads]

@@ -7,6 +7,7 @@ lookup (``_lookup.py``), elsewhere by expanding row blocks of P to float32 for a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import torch
@@ -21,7 +22,7 @@ from trak_dist.projection._base import (
     check_model_id,
 )
 from trak_dist.projection._generate import normal_block, rademacher_block
-from trak_dist.projection._lookup import lookup_accumulate
+from trak_dist.projection._lookup import lookup_accumulate, run_threads
 from trak_dist.projection._packed import PACK, expand_packed, packed_rademacher
 
 _GENERATORS = {
@@ -147,19 +148,35 @@ class TorchProjector(Projector):
                 and self.proj_dim >= LOOKUP_MIN_DIM
             )
         )
-        shape = (self.proj_dim, batch) if lookup else (batch, self.proj_dim)
-        acc = torch.zeros(shape, dtype=torch.float32, device=self.device)
+        if lookup:
+            return self._project_lookup(blocks, model_id, batch)
+        acc = torch.zeros(batch, self.proj_dim, dtype=torch.float32, device=self.device)
         for r0, r1, pieces in self._windows(blocks):
-            signs = self._packed(model_id, r0 // PACK, r1 // PACK)
-            if lookup:
-                lookup_accumulate(acc, _rows_transposed(pieces, r0, r1, batch, self.device), signs)
-                continue
-            block_t = expand_packed(signs)  # [p, r1 - r0]: P[r0:r1]ᵀ
+            block_t = expand_packed(self._packed(model_id, r0 // PACK, r1 // PACK))  # P[r0:r1]ᵀ
             for off, g in pieces:
                 a, b = max(off, r0), min(off + g.shape[1], r1)
                 g_part = g[:, a - off : b - off].to(device=self.device, dtype=torch.float32)
                 acc.addmm_(g_part, block_t[:, a - r0 : b - r0].T)
-        return acc.T.contiguous() if lookup else acc
+        return acc
+
+    def _project_lookup(self, blocks: list[GradBlock], model_id: int, batch: int) -> torch.Tensor:
+        """Table lookup, windows spread over torch's thread count (see ``run_threads``)."""
+        windows = list(self._windows(blocks))
+        if not windows:
+            return torch.zeros(batch, self.proj_dim, dtype=torch.float32, device=self.device)
+        if self.cached_groups:
+            self._packed(model_id, 0, 0)  # fill the cache here, not in a race of threads
+        threads = min(torch.get_num_threads(), len(windows))
+        accs = [torch.zeros(self.proj_dim, batch, device=self.device) for _ in range(threads)]
+
+        def job(k: int) -> None:
+            for r0, r1, pieces in windows[k::threads]:
+                signs = self._packed(model_id, r0 // PACK, r1 // PACK)
+                rows_t = _rows_transposed(pieces, r0, r1, batch, self.device)
+                lookup_accumulate(accs[k], rows_t, signs)
+
+        run_threads([functools.partial(job, k) for k in range(threads)])
+        return torch.stack(accs).sum(0).T.contiguous() if threads > 1 else accs[0].T.contiguous()
 
     def _windows(self, blocks: list[GradBlock]) -> Iterator[tuple[int, int, list[GradBlock]]]:
         """Row windows ``[r0, r1)`` (aligned to 8 and to the ``block_rows`` grid, so never
