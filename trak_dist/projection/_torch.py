@@ -8,6 +8,7 @@ lookup (``_lookup.py``), elsewhere by expanding row blocks of P to float32 for a
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator
 
 import torch
@@ -128,7 +129,19 @@ class TorchProjector(Projector):
         return packed_rademacher(self.seed, model_id, g0, g1, self.proj_dim, self.device)
 
     def _make_packed(self, model_id: int, groups: int) -> torch.Tensor:
-        return packed_rademacher(self.seed, model_id, 0, groups, self.proj_dim, self.device)
+        """The packed cache, its row ranges generated on torch's thread count (``run_threads``:
+        the hash is hundreds of mid-sized integer ops, the same hazard as the lookup's)."""
+        whole = torch.empty(self.proj_dim, groups, dtype=torch.uint8, device=self.device)
+        threads = max(1, min(torch.get_num_threads(), groups // 1024))
+        cuts = [groups * k // threads for k in range(threads + 1)]
+
+        def job(a: int, b: int) -> None:
+            packed_rademacher(
+                self.seed, model_id, a, b, self.proj_dim, self.device, out=whole[:, a:b]
+            )
+
+        run_threads([functools.partial(job, a, b) for a, b in itertools.pairwise(cuts)])
+        return whole
 
     def _make_dense(self, model_id: int, rows: int) -> torch.Tensor:
         return self.matrix(model_id, 0, rows)
