@@ -4,14 +4,17 @@ For eight rows ``8g … 8g+7`` of P, column j's signs are one byte b = packed[j,
 ``_packed.py``), and that column's share of ``Pᵀg`` is the signed sum
 ``T_g[b] = Σ_k s_k(b) g[8g+k]``: one of only 256 values. Build the 256 sums once per group
 and sample, and every one of the p columns costs one lookup-and-add instead of eight
-multiply-adds: for p = 2048 the tables cost 256/2048 of the lookups, and the product as a whole
-does ~8× fewer floating-point operations than the dense matmul (the "method of four Russians").
+multiply-adds: for p = 2048 the tables hold 256/2048 as many entries as there are lookups, and
+the product does an order of magnitude fewer floating-point operations than the dense matmul
+(the "method of four Russians").
 
 torch has the kernel this needs: ``embedding_bag(mode="sum")`` gathers rows of a table and sums
 them per bag. With the tables as rows ``[256·g + b, :B]`` and one bag of group indices per
-column, it returns ``[p, B]``; fbgemm's CPU kernel makes that about 2–3× faster than MKL's
-float32 matmul at p = 2048 (``benchmarks/dense_cnn.py``). The sums are float32 with a different
-order of additions than a matmul, so results agree with ``g @ P`` to float32 rounding.
+column, it returns ``[p, B]``. With fbgemm's CPU kernel behind it, and the tables included,
+this is ~4× faster than expanding the packed signs to float32 for MKL's matmul at p = 2048 and
+batch 64 (``benchmarks/dense_cnn.py``); below p ≈ 1024 the tables (256 entries a group,
+whatever p) cost more than they save. The sums are float32 with a different order of additions
+than a matmul, so results agree with ``g @ P`` to float32 rounding.
 """
 
 from __future__ import annotations

@@ -40,8 +40,9 @@ class TorchProjector(Projector):
     """Reference projector (Rademacher or normal) on any torch device.
 
     Cache rule. A Rademacher P is stored packed, one bit per entry: ``ceil(d/8)·p`` bytes
-    (95 MB for d = 373k at p = 2048; float32 would be 3 GB). It is generated once per
-    checkpoint (``model_id``), on that checkpoint's first ``project``, and kept until another
+    (95.6 MB for d = 373,322 at p = 2048; float32 would be 3.06 GB). It is generated once per
+    checkpoint (``model_id``, ~1.3 CPU-s for that P), on that checkpoint's first ``project``,
+    and kept until another
     ``model_id`` comes (one checkpoint at a time: the driver gives a worker one checkpoint's
     shards in a row) or ``free_memory``. At most ``cache_bytes`` (default 512 MiB) are kept:
     if the packed P is larger (d·p > 4.3·10⁹ at the default, e.g. d > 2.1M at p = 2048), its
@@ -50,9 +51,13 @@ class TorchProjector(Projector):
     rows at a time; ``cache_bytes=0`` regenerates everything. A normal P (float32, no packing)
     is cached whole when ``d·p·4 ≤ cache_bytes``, else regenerated per block on every call.
 
-    Working set beyond the cache, per call: one window of ``block_rows`` gradient rows
-    (transposed, float32: 2 MiB at batch 64), the lookup tables (≤ 2 MiB), the ``[p, B]`` sums;
-    on the matmul path one float32 block of ``block_rows × p`` (64 MiB at p = 2048).
+    Working set beyond the cache, per call and thread: one window of ``block_rows`` gradient
+    rows transposed and their half sums (float32, 2 + 8 MiB at batch 64), the lookup tables
+    (≤ 2 MiB), a ``[p, B]`` accumulator; on the matmul path one float32 block of
+    ``block_rows × p`` (64 MiB at p = 2048). With torch set to several threads, the lookup
+    spreads windows over that many Python threads whose ops run single-threaded, and
+    generation spreads row ranges likewise (``run_threads`` in ``_lookup.py``: torch's own
+    per-op threading stalls on thousands of small ops when cores are oversubscribed).
 
     Args:
         grad_dim: d, the number of gradient entries.
