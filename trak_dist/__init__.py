@@ -16,6 +16,7 @@ from trak_dist.errors import (
     TrakerUsageError,
     WorkerFailedError,
 )
+from trak_dist.lds import Evaluation, evaluate
 from trak_dist.projection import ProjectionKind, make_projector
 from trak_dist.store import FeatureSpec, FeatureStore
 from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "CudaExtUnavailableError",
     "DataError",
+    "Evaluation",
     "FeatureSpec",
     "FeatureStore",
     "IllConditionedError",
@@ -43,6 +45,7 @@ __all__ = [
     "TrakerUsageError",
     "WorkerFailedError",
     "__version__",
+    "evaluate",
     "make_projector",
     "run",
 ]

@@ -126,13 +126,13 @@ def exit_on(e: BaseException, prog: str) -> None:
 
 
 @contextmanager
-def reported(prog: str) -> Iterator[None]:
+def reported(prog: str, resume: str = RESUME) -> Iterator[None]:
     """Expected failures end the program with one line (exit 2); Ctrl-C with a note on how to
-    resume (exit 130, as a shell reports SIGINT)."""
+    resume (``resume``; exit 130, as a shell reports SIGINT)."""
     try:
         yield
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; {RESUME}.", file=sys.stderr)
+        print(f"{prog}: interrupted; {resume}.", file=sys.stderr)
         raise SystemExit(130) from None
     except Exception as e:
         exit_on(e, prog)

@@ -527,3 +527,183 @@ def test_scoring_guards_keep_existing_scores(tmp_path):
     assert kept is not None
     np.testing.assert_array_equal(kept.scores(), before)
     assert torch.isfinite(torch.as_tensor(before)).all()
+
+
+def test_auto_lambda_refuses_a_non_finite_factor_before_scores_are_touched(tmp_path):
+    """λ=auto is 0.007 × the largest eigenvalue of XᵀX: a NaN XᵀX (or a stored factor with NaN
+    eigenvalues) must be refused, not turned into auto's fallback λ = 1, and before the store's
+    complete scores are replaced (TRAKer path, no Ray)."""
+    from helpers import classification_data, mlp
+
+    from trak_dist import TRAKer
+    from trak_dist.scoring import compute_scores
+
+    model = mlp()
+    x, y = classification_data(40)
+    t = TRAKer(
+        model,
+        "image_classification",
+        40,
+        tmp_path / "s.zarr",
+        device="cpu",
+        proj_dim=16,
+        lambda_reg="auto",
+        chunk_rows=8,
+        logging_level=50,
+    )
+    t.load_checkpoint(model.state_dict(), model_id=0)
+    t.featurize((x, y), num_samples=40)
+    t.start_scoring_checkpoint("exp", model.state_dict(), 0, 10)
+    t.score((x[:10], y[:10]), num_samples=10)
+    before = t.finalize_scores("exp").copy()
+    store = t.store
+    root = store.root
+
+    evals = root["train/0/factor/p16/eigenvalues"]
+    good = np.asarray(evals[:])
+    evals[3] = np.nan  # a damaged stored factor
+    with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=0\) or its eigenvalues hold NaN"):
+        compute_scores(store, "exp", [0], 16, "auto")
+    evals[:] = good
+
+    del root["train/0/factor"]  # factorised afresh from a damaged XᵀX
+    xtx = root["train/0/xtx"]
+    xtx[2, 5] = np.nan
+    with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=0\) or its eigenvalues hold NaN"):
+        compute_scores(store, "exp", [0], 16, "auto")
+    assert "factor" not in root["train/0"], "a factor of a NaN XᵀX was stored"
+
+    kept = store.score_set("exp", variant_name(16, "auto"))
+    assert kept is not None
+    np.testing.assert_array_equal(kept.scores(), before)
+    assert np.isfinite(before).all()
+
+
+def test_eval_never_stores_non_finite_subset_outputs(tmp_path):
+    """A subset model whose outputs are NaN/inf (a diverged recipe) is refused by name, and
+    nothing of it is stored: one NaN would make every LDS it touches NaN."""
+    from benchmarks._synthetic import synthetic_spec
+
+    store = FeatureStore.create_or_open(tmp_path / "s.zarr", synthetic_spec(30, 8))
+    store.ensure_experiment("t", 5, None)
+    settings = {
+        "recipe": "pkg.mod:train",
+        "recipe_kwargs": {},
+        "num_models": 3,
+        "alpha": 0.5,
+        "seed": 0,
+        "train_size": 30,
+        "num_targets": 5,
+        "train_fingerprint": "synthetic",
+    }
+    ev = store.ensure_eval("t", settings)
+    ev.write(0, np.arange(5, dtype=np.float32))
+    bad = np.array([0.5, np.nan, 1.0, np.inf, 2.0])
+    with pytest.raises(NonFiniteError, match=r"subset model 1 .* 2 of the 5 targets, e\.g\. "):
+        ev.write(1, bad)
+    with pytest.raises(NonFiniteError, match=r"target rows \[0\]"):
+        ev.write(2, np.array([1e39, 0, 0, 0, 0]))  # finite, but not in float32
+    again = FeatureStore.open(tmp_path / "s.zarr").eval_set("t")
+    assert again is not None
+    np.testing.assert_array_equal(again.done(), [True, False, False])
+    assert np.isfinite(np.asarray(again.margins[:])[0]).all()
+
+
+def test_eval_errors_are_one_line(tmp_path):
+    """`trak-dist eval` ends an expected failure as `trak-dist` does: a store whose metadata is
+    torn is one line (exit 2), no traceback."""
+    from benchmarks._synthetic import synthetic_spec
+
+    store = tmp_path / "s.zarr"
+    FeatureStore.create_or_open(store, synthetic_spec(30, 8)).ensure_experiment("targets", 5, None)
+    meta = store / "zarr.json"
+    meta.write_text(meta.read_text()[:40])
+    out = run_cli(["eval", f"store.path={store}"], tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("trak-dist eval: error: "), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_sigint_stops_eval_and_the_rerun_trains_only_the_rest(tmp_path, digits_checkpoints):
+    """Ctrl-C during `trak-dist eval`: exit 130 with one line saying how to resume, no process
+    of it left, the finished subset models kept; the same command trains only the others."""
+    import logging
+
+    import zarr
+
+    from trak_dist import TRAKer
+    from trak_dist.examples import digits
+
+    store = tmp_path / "store.zarr"
+    train, targets = digits.train_set(), digits.target_set()
+    state = torch.load(digits_checkpoints[0], weights_only=True)
+    t = TRAKer(
+        model=digits.make_model(),
+        task="image_classification",
+        train_set_size=len(train),
+        save_dir=store,
+        device="cpu",
+        proj_dim=32,
+        logging_level=logging.ERROR,
+    )
+    t.load_checkpoint(state, model_id=0)
+    t.featurize(train.tensors, num_samples=len(train))
+    t.finalize_features()
+    t.start_scoring_checkpoint("targets", state, model_id=0, num_targets=len(targets))
+    t.score(targets.tensors, num_samples=len(targets))
+    t.finalize_scores("targets")
+
+    models = 16
+    args = [
+        "eval",
+        f"store.path={store}",
+        f"eval.num_models={models}",
+        "+eval.recipe_kwargs.epochs=2",
+        "eval.bootstrap=50",
+        f"eval.output_dir={tmp_path / 'lds'}",
+        "progress=false",
+    ]
+
+    def done() -> np.ndarray:
+        try:
+            flags = zarr.open_group(str(store), mode="r")["eval/targets/done"][:]
+        except (KeyError, FileNotFoundError, ValueError):  # not created yet
+            return np.zeros(0, dtype=bool)
+        return np.asarray(flags).astype(bool)
+
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 300
+        while done().sum() < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the eval ended before it could be interrupted"
+        job = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        _kill(proc)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines() == [
+        "trak-dist eval: interrupted; the finished subset models are kept: rerun the same "
+        "command to train the rest."
+    ]
+    assert _gone(job, timeout=30) == [], "processes of the interrupted eval are still running"
+    kept = done()
+    k = int(kept.sum())
+    assert 2 <= k < models, f"{k} of {models} done at the interrupt"
+
+    again = run_cli(args, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"subset models: {models - k} trained, {k} reused from the store" in again.stdout
+    assert done().all()

@@ -18,7 +18,8 @@ import torch
 from tqdm.auto import tqdm
 
 from trak_dist.errors import ConfigError, NonFiniteError, StoreStateError
-from trak_dist.scoring._factor import Factorization, check_lambda, gram
+from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
 from trak_dist.store._zarr import array
 
@@ -81,7 +82,7 @@ def compute_scores(
     exp: str,
     model_ids: Sequence[int],
     proj_dim: int | None = None,
-    lambda_reg: float = 0.0,
+    lambda_reg: LambdaReg = AUTO,
     kinv_scaling: str = "mean_abs",
     topk: int = 10,
     train_block: int = 4096,
@@ -92,6 +93,10 @@ def compute_scores(
 ) -> ScoreSet:
     """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
 
+    ``lambda_reg`` is a number (the same λ for every checkpoint) or ``"auto"`` (each
+    checkpoint's own, from its spectrum); the λ used per checkpoint is recorded in the score
+    set's ``lambdas`` attribute.
+
     Returns:
         The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``.
     """
@@ -99,8 +104,7 @@ def compute_scores(
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)
     # refused here, before create_scores replaces whatever scores the store already holds
-    if not isinstance(lambda_reg, str):  # a name (e.g. "auto") is resolved further down
-        check_lambda(float(lambda_reg))
+    lambda_reg = parse_lambda(lambda_reg)
     if train_block < min(topk, n):
         raise ConfigError(
             f"scoring.topk={topk} exceeds scoring.train_block={train_block}: each train block "
@@ -120,21 +124,25 @@ def compute_scores(
         if not ts.is_complete():
             raise StoreStateError(f"model_id={c}: targets of {exp!r} are not all featurised.")
 
+    # every checkpoint's λ (auto: from its spectrum; a NaN XᵀX or factor is refused) before the
+    # scores are touched too. Factors are re-read below: one p² factor in memory at a time.
+    lambdas = [
+        ensure_factor(store, c, p, device).resolve_lambda(lambda_reg, f"model_id={c}") for c in ids
+    ]
     name = variant_name(p, lambda_reg, kinv_scaling)
     attrs = {
         "proj_dim": p,
         "lambda_reg": lambda_reg,
+        "lambda_rule": auto_rule() if lambda_reg == AUTO else "fixed",
         "kinv_scaling": kinv_scaling,
         "model_ids": ids,
     }
     sset = store.create_scores(exp, name, n, m, topk, attrs)
     tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
     ys = sset.group.require_group("Y")
-    for c, ts in zip(ids, target_sets, strict=True):
-        kinv = torch.as_tensor(
-            ensure_factor(store, c, p, device).kinv(lambda_reg, kinv_scaling, f"model_id={c}"),
-            device=device,
-        )
+    for c, lam, ts in zip(ids, lambdas, target_sets, strict=True):
+        factor = ensure_factor(store, c, p, device)
+        kinv = torch.as_tensor(factor.kinv(lam, kinv_scaling, f"model_id={c}"), device=device)
         y = ys.create_array(
             str(c),
             shape=(m, p),
@@ -147,6 +155,7 @@ def compute_scores(
             xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
             y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
         del kinv
+    sset.group.attrs["lambdas"] = lambdas
 
     k = min(topk, n)
     bar = tqdm(

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, IllConditionedError, NonFiniteError
+from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_lambda
 
 logger = logging.getLogger(__name__)
 KINV_SCALINGS = ("mean_abs", "none")
@@ -35,7 +36,7 @@ def check_lambda(lambda_reg: float) -> None:
     """Refuse a λ that is negative, NaN or infinite (NaN passes ``< 0`` and poisons every score)."""
     if not (math.isfinite(lambda_reg) and lambda_reg >= 0):
         raise ConfigError(
-            f"lambda_reg={lambda_reg}; expected a finite value ≥ 0 (e.g. lambda_reg=1e-2)."
+            f"lambda_reg={lambda_reg}; expected a finite value ≥ 0 (e.g. 1e-2) or lambda_reg=auto."
         )
 
 
@@ -66,6 +67,23 @@ class Factorization:
     def proj_dim(self) -> int:
         return int(self.eigenvalues.shape[0])
 
+    def resolve_lambda(self, lambda_reg: LambdaReg, context: str = "") -> float:
+        """The λ to use: ``lambda_reg`` itself, or the ``auto`` rule on these eigenvalues.
+
+        Raises:
+            NonFiniteError: NaN/inf eigenvalues (e.g. a damaged stored factor), which
+                ``auto_lambda`` would otherwise turn into its fallback λ = 1.
+        """
+        self.check_finite(context)
+        if lambda_reg == AUTO:
+            return auto_lambda(self.eigenvalues)
+        return float(lambda_reg)
+
+    def check_finite(self, context: str = "") -> None:
+        """Raises NonFiniteError if the eigenvalues hold NaN/inf (a damaged stored factor)."""
+        if not np.isfinite(self.eigenvalues).all():
+            raise NonFiniteError(_damaged(context))
+
     def kinv(self, lambda_reg: float, scaling: str = "mean_abs", context: str = "") -> np.ndarray:
         """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs``
         (traker 0.3.2 does so before casting to float16).
@@ -85,8 +103,7 @@ class Factorization:
 
     def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
         """The condition number of XᵀX + λI; raises when it is numerically singular."""
-        if not np.isfinite(self.eigenvalues).all():
-            raise NonFiniteError(_damaged(context))
+        self.check_finite(context)
         e = self.eigenvalues + lambda_reg
         top = float(e.max())
         low = float(e.min())
@@ -98,12 +115,11 @@ class Factorization:
                 f" With n={n} train examples and proj_dim={p}, XᵀX has rank ≤ {min(n, p)}"
                 f"{' < proj_dim' if n < p else ''}."
             )
-            suggestion = max(top, 1.0) * 1e-6
             raise IllConditionedError(
                 f"XᵀX + λI is singular{where}: smallest eigenvalue {low:.3g}, largest {top:.3g}, "
-                f"λ={lambda_reg:g}.{rank_hint} Scores would be noise. Set lambda_reg > 0 "
-                f"(e.g. {suggestion:.2g}, 1e-6 × the largest eigenvalue) or use a proj_dim "
-                f"below n."
+                f"λ={lambda_reg:g}.{rank_hint} Scores would be noise. Use lambda_reg=auto (here "
+                f"λ={auto_lambda(self.eigenvalues):.3g}, scaled to this spectrum) or a "
+                "larger lambda_reg."
             )
         cond = top / low
         if cond > WARN_CONDITION:
