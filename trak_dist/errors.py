@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class TrakDistError(Exception):
     """Base class of every error trak_dist raises on purpose."""
@@ -17,6 +19,19 @@ class StoreMismatchError(TrakDistError):
 
 class StoreStateError(TrakDistError):
     """The store does not hold what the requested step needs (e.g. scoring before featurising)."""
+
+
+class StoreDamagedError(StoreStateError):
+    """Stored chunks fail their checksum, are missing though committed, or hold non-finite
+    values; ``damage`` lists them. ``trak-dist store repair`` un-commits them."""
+
+    def __init__(self, message: str, damage: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.damage = list(damage)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # crosses process boundaries (Ray actors) with its damage list
+        return (type(self), (str(self), self.damage))
 
 
 class IllConditionedError(TrakDistError, ArithmeticError):

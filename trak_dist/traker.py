@@ -31,7 +31,9 @@ from trak_dist.store import (
     FeatureStore,
     RowSet,
     checkpoint_fingerprint,
+    row_hashes,
 )
+from trak_dist.store._hashes import check_unchanged
 from trak_dist.tasks import describe, resolve_task
 
 logger = logging.getLogger("trak_dist")
@@ -88,7 +90,9 @@ class TRAKer:
         micro_batch_size: samples per vmap call (bounds memory); None for the whole batch.
         projection: ``rademacher`` (default), ``normal`` or ``identity``.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
-        dataset_fingerprint: identifies the train set in the store's metadata.
+        dataset_fingerprint: identifies the train set in the store's metadata. Rows are also
+            hashed as they are featurised, and a batch whose rows were featurised before is
+            checked against those hashes, so changed data is an error whatever this says.
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.
     """
@@ -161,6 +165,7 @@ class TRAKer:
             self.save_dir, spec, store_codec, overwrite=not load_from_save_dir
         )
         self._model_id: int | None = None
+        self._fingerprint: str | None = None
         self._train: _RowTracker | None = None
         self._targets: _RowTracker | None = None
 
@@ -178,6 +183,7 @@ class TRAKer:
         fingerprint = self._load(checkpoint)
         self._train = _RowTracker(self.store.ensure_checkpoint(model_id, fingerprint))
         self._model_id = int(model_id)
+        self._fingerprint = fingerprint
 
     def featurize(
         self,
@@ -201,17 +207,24 @@ class TRAKer:
         """Featurise the rows of ``batch`` not yet committed (a rerun skips the others)."""
         assert self._model_id is not None  # set together with every tracker
         rows = tracker.take(inds, num_samples)
+        hashes = row_hashes(batch)
         todo = tracker.pending(rows)
+        what = f"{'train' if with_q else 'target'} (model_id={self._model_id})"
+        if not todo.all():  # rows featurised before: were they these items?
+            done = rows[~todo]
+            stored = tracker.rows.read_hashes(done)
+            check_unchanged(stored, hashes[~todo], done, what, self.store.where)
         if not todo.any():
             logger.debug("all %d samples of this batch are already featurised", len(rows))
             return
         sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
+        self.store.bind(tracker.rows, self._fingerprint, what)
         if with_q:
             x, q = self.featurizer.featurize(sub, self._model_id)
-            tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy())
+            tracker.rows.write_indices(rows[todo], x.numpy(), q.numpy(), hashes[todo])
         else:
             x = self.featurizer.project(sub, self._model_id)
-            tracker.rows.write_indices(rows[todo], x.numpy())
+            tracker.rows.write_indices(rows[todo], x.numpy(), None, hashes[todo])
         tracker.mark(rows[todo])
 
     def finalize_features(
@@ -235,10 +248,13 @@ class TRAKer:
         self, exp_name: str, checkpoint: Mapping[str, Tensor], model_id: int, num_targets: int
     ) -> None:
         """Load a checkpoint to featurise the targets of experiment ``exp_name`` with."""
-        self._load(checkpoint)
+        fingerprint = self._load(checkpoint)
         self.store.ensure_experiment(exp_name, num_targets, None)
-        self._targets = _RowTracker(self.store.ensure_target_checkpoint(exp_name, model_id))
+        self._targets = _RowTracker(
+            self.store.ensure_target_checkpoint(exp_name, model_id, fingerprint)
+        )
         self._model_id = int(model_id)
+        self._fingerprint = fingerprint
 
     def score(
         self,

@@ -1,0 +1,337 @@
+"""``trak-dist store verify|repair``: check every committed chunk and reduction of a local store;
+un-commit what is damaged and drop what was derived from it, so the next run recomputes just that.
+
+What counts as a problem, and what repair does with it:
+
+- a committed chunk of X, Q or H that fails its checksum, is missing, or holds non-finite or
+  unwritten values: the chunk is un-committed (the next run featurises exactly those rows), and
+  the reductions built from its row set are dropped: XᵀX and factorisations of a train row
+  set, and every score set that used its checkpoint;
+- a reduction (XᵀX, factorisation, score set) that is damaged, incomplete (a run stopped while
+  writing it) or left over (a partial score set): dropped, the next run recomputes it;
+- unreadable metadata (``zarr.json`` cut short or missing): the node it describes is dropped,
+  with what was derived from it (a row set whose metadata is torn is featurised again, since
+  the checkpoint it was bound to is unknown). The root's metadata holds the store's settings;
+  without it the store cannot be repaired;
+- rows of one checkpoint hashed from other items than another checkpoint's: not repairable
+  (which data is right is the user's call).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from trak_dist.errors import StoreStateError
+from trak_dist.store._integrity import chunk_damage, delete_chunk, unreadable_metadata
+from trak_dist.store._lock import store_lock
+from trak_dist.store._rows import RowSet
+from trak_dist.store._scores import TOPK_ARRAYS, is_leftover
+from trak_dist.store._store import FeatureStore
+from trak_dist.store._zarr import array, group
+
+CONTAINERS = ("train", "targets", "scores")
+ROW_ARRAYS = ("X", "Q", "H", "done")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong in the store and what repair does about it.
+
+    Attributes:
+        node: the node's path in the store (``train/0/X``).
+        what: what is wrong, for people.
+        uncommit: a damaged chunk of a row set: (row set path, chunk index).
+        drop: node paths repair removes (the next run recomputes them).
+    """
+
+    node: str
+    what: str
+    uncommit: tuple[str, int] | None = None
+    drop: tuple[str, ...] = ()
+
+    @property
+    def repairable(self) -> bool:
+        return self.uncommit is not None or bool(self.drop)
+
+
+@dataclass
+class Report:
+    where: str
+    problems: list[Problem] = field(default_factory=list)
+    chunks_checked: int = 0
+    stray_files: list[Path] = field(default_factory=list)
+
+
+def _children(base: Path, rel: str) -> list[str]:
+    """Child nodes of ``rel``, from the file system (Zarr's listing reads their metadata)."""
+    d = base / rel
+    if not d.is_dir():
+        return []
+    return sorted(c.name for c in d.iterdir() if c.is_dir() and (c / "zarr.json").is_file())
+
+
+def _attrs(base: Path, rel: str) -> dict[str, object]:
+    try:
+        meta = json.loads((base / rel / "zarr.json").read_bytes())
+        attrs = meta.get("attributes", {})
+        return attrs if isinstance(attrs, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _scores_using(base: Path, model_id: int, exp: str | None = None) -> list[str]:
+    """Score sets (of ``exp``, or of every experiment) computed with checkpoint ``model_id``."""
+    out = []
+    for e in _children(base, "scores") if exp is None else [exp]:
+        for v in _children(base, f"scores/{e}"):
+            ids = _attrs(base, f"scores/{e}/{v}").get("model_ids")
+            if not isinstance(ids, list) or model_id in ids:
+                out.append(f"scores/{e}/{v}")
+    return out
+
+
+def _for_torn(base: Path, rel: str) -> tuple[str, ...]:
+    """What to drop when the metadata of node ``rel`` is unreadable."""
+    parts = rel.split("/")
+    top = parts[0]
+    if len(parts) == 1:
+        return (rel, "scores") if top in ("train", "targets") else (rel,)
+    if top == "train":
+        mid = parts[1]
+        if len(parts) == 2 or (len(parts) == 3 and parts[2] in ROW_ARRAYS):
+            using = _scores_using(base, int(mid)) if mid.isdigit() else ["scores"]
+            return (f"train/{mid}", *using)
+        if parts[2] == "xtx":
+            return (f"train/{mid}/xtx", f"train/{mid}/factor")
+        return (f"train/{mid}/factor",)
+    if top == "targets":
+        exp = parts[1]
+        if len(parts) == 2:
+            return (f"targets/{exp}", f"scores/{exp}")
+        mid = parts[2]
+        using = _scores_using(base, int(mid), exp) if mid.isdigit() else [f"scores/{exp}"]
+        return (f"targets/{exp}/{mid}", *using)
+    if top == "scores":
+        return ("/".join(parts[:3]),)
+    return ()
+
+
+def _check_rows(store: FeatureStore, rel: str, report: Report) -> None:
+    base = Path(store.where)
+    rows = RowSet(group(store.root, rel))
+    is_train = rel.startswith("train/")
+    mid = int(rel.rsplit("/", 1)[1])
+    exp = None if is_train else rel.split("/")[1]
+    derived = (
+        (f"{rel}/xtx", f"{rel}/factor", *_scores_using(base, mid))
+        if is_train
+        else tuple(_scores_using(base, mid, exp))
+    )
+    done_arr = array(rows.group, "done")
+    for c in range(rows.n_chunks):
+        try:
+            committed = bool(np.asarray(done_arr[c : c + 1])[0])
+        except ValueError:
+            committed = True  # an unreadable flag: check the chunk, repair un-commits it
+        if not committed:
+            continue
+        report.chunks_checked += 1
+        arrays = [rows.X, rows.H] + ([rows.Q] if rows.Q is not None else [])
+        for arr in arrays:
+            coords = (c, 0) if arr.ndim == 2 else (c,)
+            d = chunk_damage(arr, coords)
+            if d is not None:
+                report.problems.append(Problem(arr.path, str(d), (rel, c), derived))
+
+
+def _check_reduction(store: FeatureStore, rel: str, names: tuple[str, ...], report: Report) -> None:
+    """The arrays ``names`` under ``rel`` (xtx, a factorisation, a score set)."""
+    node = group(store.root, rel)
+    drop = (rel, f"{rel.rsplit('/', 1)[0]}/factor") if rel.endswith("/xtx") else (rel,)
+    if node.attrs.get("complete") is False:
+        report.problems.append(
+            Problem(rel, f"{rel} is incomplete (a run stopped writing it)", drop=drop)
+        )
+        return
+    for name in names:
+        if name not in node:
+            report.problems.append(Problem(rel, f"{rel}/{name} is absent", drop=drop))
+            return
+        arr = array(node, name)
+        if arr.attrs.get("complete") is False:
+            report.problems.append(
+                Problem(rel, f"{arr.path} is incomplete (a run stopped writing it)", drop=drop)
+            )
+            return
+        spans = [range(-(-s // c)) for s, c in zip(arr.shape, arr.chunks, strict=True)]
+        for coords in itertools.product(*spans):
+            d = chunk_damage(arr, coords)
+            if d is not None:
+                report.problems.append(Problem(rel, str(d), drop=drop))
+                return
+
+
+def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
+    """(kind, path) of every row set and reduction whose metadata is readable."""
+
+    def ok(rel: str) -> bool:
+        parts = rel.split("/")
+        return not any("/".join(parts[: i + 1]) in torn for i in range(len(parts)))
+
+    for mid in _children(base, "train") if ok("train") else []:
+        rel = f"train/{mid}"
+        if ok(rel) and not any(f"{rel}/{a}" in torn for a in ROW_ARRAYS):
+            yield "rows", rel
+        if (base / rel / "xtx").is_dir() and ok(f"{rel}/xtx"):
+            yield "xtx", f"{rel}/xtx"
+        for p in _children(base, f"{rel}/factor") if ok(f"{rel}/factor") else []:
+            if ok(f"{rel}/factor/{p}"):
+                yield "factor", f"{rel}/factor/{p}"
+    for exp in _children(base, "targets") if ok("targets") else []:
+        for mid in _children(base, f"targets/{exp}") if ok(f"targets/{exp}") else []:
+            rel = f"targets/{exp}/{mid}"
+            if ok(rel) and not any(f"{rel}/{a}" in torn for a in ROW_ARRAYS):
+                yield "rows", rel
+    for exp in _children(base, "scores") if ok("scores") else []:
+        for v in _children(base, f"scores/{exp}") if ok(f"scores/{exp}") else []:
+            if ok(f"scores/{exp}/{v}"):
+                yield "scores", f"scores/{exp}/{v}"
+
+
+def verify(path: str | Path) -> Report:
+    """Check every committed chunk, reduction and metadata file of the local store ``path``.
+
+    Raises:
+        StoreStateError: no store there, or its root metadata is unreadable (not repairable).
+        StoreMismatchError: a store of another format version.
+    """
+    where = str(path)
+    base = Path(where)
+    if "://" in where or not base.is_dir():
+        raise StoreStateError(
+            f"no local trak_dist store at {where} (verify and repair read a directory)."
+        )
+    report = Report(where)
+    torn = set(unreadable_metadata(base))
+    if "" in torn:
+        raise StoreStateError(
+            f"the store's root metadata {base / 'zarr.json'} is unreadable: it holds the store's "
+            "settings, which cannot be rebuilt. Featurise into a new store path."
+        )
+    for rel in sorted(torn):
+        report.problems.append(
+            Problem(
+                rel,
+                f"{base / rel / 'zarr.json'} is unreadable (cut short, missing or not Zarr JSON)",
+                drop=_for_torn(base, rel),
+            )
+        )
+    store = FeatureStore.open(where, mode="r", check=False)
+    train_sets: list[tuple[int, RowSet]] = []
+    for kind, rel in _nodes(base, torn):
+        if kind == "rows":
+            _check_rows(store, rel, report)
+            if rel.startswith("train/"):
+                train_sets.append((int(rel.split("/")[1]), RowSet(group(store.root, rel))))
+        elif kind == "xtx":
+            _check_xtx(store, rel, report)
+        elif kind == "factor":
+            _check_reduction(store, rel, ("eigenvalues", "eigenvectors"), report)
+        elif is_leftover(rel.rsplit("/", 1)[1]):
+            report.problems.append(
+                Problem(rel, f"{rel} was left by a scoring that stopped", drop=(rel,))
+            )
+        else:
+            ys = tuple(f"Y/{c}" for c in _children(base, f"{rel}/Y"))
+            _check_reduction(store, rel, ("S", *TOPK_ARRAYS, *ys), report)
+    _check_same_items(store, train_sets, report)
+    report.stray_files = [p for p in base.rglob("*.partial") if p.is_file()]
+    return report
+
+
+def _check_xtx(store: FeatureStore, rel: str, report: Report) -> None:
+    parent = rel.rsplit("/", 1)[0]
+    node = group(store.root, parent)
+    arr = array(node, "xtx")
+    drop = (rel, f"{parent}/factor")
+    if arr.attrs.get("complete") is not True:
+        report.problems.append(
+            Problem(rel, f"{rel} is incomplete (a reduce stopped writing it)", drop=drop)
+        )
+        return
+    d = chunk_damage(arr, (0, 0))
+    if d is not None:
+        report.problems.append(Problem(rel, str(d), drop=drop))
+
+
+def _check_same_items(
+    store: FeatureStore, train_sets: list[tuple[int, RowSet]], report: Report
+) -> None:
+    ref: tuple[int, np.ndarray] | None = None
+    for c, rows in train_sets:
+        h = rows.read_hashes(slice(0, rows.n))
+        if ref is None:
+            ref = (c, h)
+            continue
+        both = (h != 0) & (ref[1] != 0)
+        diff = np.flatnonzero(both & (h != ref[1]))
+        if len(diff):
+            report.problems.append(
+                Problem(
+                    f"train/{c}",
+                    f"train/{c} and train/{ref[0]} were featurised from different items at "
+                    f"{len(diff)} rows (first: {diff[:5].tolist()}); not repairable: featurise "
+                    "every checkpoint from the same data into a new store path",
+                )
+            )
+
+
+def repair(path: str | Path) -> tuple[Report, list[str]]:
+    """Un-commit damaged chunks and drop damaged, incomplete or derived reductions; returns the
+    report it acted on and what it did."""
+    where = str(path)
+    base = Path(where)
+    with store_lock(where):
+        report = verify(where)
+        actions: list[str] = []
+        uncommit: dict[str, set[int]] = {}
+        drops: set[str] = set()
+        for p in report.problems:
+            if p.uncommit is not None:
+                uncommit.setdefault(p.uncommit[0], set()).add(p.uncommit[1])
+            drops.update(p.drop)
+        root = zarr.open_group(where, mode="r+")
+        for rel, chunks in sorted(uncommit.items()):
+            if any(rel == d or rel.startswith(d + "/") for d in drops):
+                continue  # the whole row set goes
+            rows = RowSet(group(root, rel))
+            rows.uncommit_chunks(np.array(sorted(chunks)))
+            for c in chunks:
+                # a partial rewrite (TRAKer) would read the damaged bytes back first
+                for arr in (rows.X, rows.H, *([rows.Q] if rows.Q is not None else [])):
+                    delete_chunk(arr, (c, 0) if arr.ndim == 2 else (c,))
+            rows_per = rows.chunk_rows
+            spans = ", ".join(f"[{c * rows_per}, {(c + 1) * rows_per})" for c in sorted(chunks))
+            actions.append(f"un-committed {len(chunks)} chunk(s) of {rel} (rows {spans})")
+        for rel in sorted(drops):
+            if any(rel.startswith(d + "/") for d in drops):
+                continue  # inside something dropped whole
+            target = base / rel
+            if target.exists():
+                shutil.rmtree(target)
+                actions.append(f"dropped {rel}")
+        for name in CONTAINERS:
+            root.require_group(name)
+        for f in report.stray_files:
+            f.unlink(missing_ok=True)
+        if report.stray_files:
+            actions.append(f"removed {len(report.stray_files)} temporary file(s) of killed writes")
+    return report, actions
