@@ -6,7 +6,8 @@ The rows are real projected gradients: the digits MLP's 1500 train examples feat
 proj_dim (float16, as stored by default), tiled to ``--rows``. Each codec writes them through
 ``RowSet.write`` (whole 256-row chunks, as workers do) into a fresh store, then reads them back
 whole; sizes are bytes on disk. All codecs run in this one invocation, three interleaved rounds
-(medians), so their ratios compare.
+(medians), so their ratios compare. Every codec ends in the crc32c checksum the store always
+writes; ``none, no crc32c`` is the same layout without it, to show what the checksum costs.
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import zarr
 
 from benchmarks._synthetic import synthetic_spec
 from benchmarks._table import table
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import TorchProjector
-from trak_dist.store import CODECS, FeatureStore
+from trak_dist.store import CODECS, FeatureStore, RowSet
+from trak_dist.store._codecs import compressors
 from trak_dist.tasks import ImageClassification
 
 CHUNK = 256
+NO_CRC = "none, no crc32c"
 
 
 def real_features(proj_dim: int, cache: Path) -> np.ndarray:
@@ -49,8 +53,13 @@ def du(path: Path) -> int:
 def measure(codec: str, data: np.ndarray, root: Path) -> list[object]:
     n, p = data.shape
     spec = synthetic_spec(n, p, chunk_rows=CHUNK)
-    path = root / f"{codec}.zarr"
-    rows = FeatureStore.create_or_open(path, spec, codec).ensure_checkpoint(0)
+    path = root / f"{codec.replace(' ', '_').replace(',', '')}.zarr"
+    if codec == NO_CRC:
+        node = zarr.open_group(path, mode="a").require_group("train/0")
+        chain = compressors("none", checksum=False)
+        rows = RowSet.create(node, n, p, CHUNK, spec.dtype, chain, with_q=False)
+    else:
+        rows = FeatureStore.create_or_open(path, spec, codec).ensure_checkpoint(0)
     t0 = time.perf_counter()
     for s in range(0, n, 16 * CHUNK):
         rows.write(s, data[s : s + 16 * CHUNK])
@@ -76,10 +85,11 @@ def main() -> None:
         base = real_features(args.proj_dim, root / "cache")
         data = np.resize(base, (args.rows, args.proj_dim))
         # three interleaved rounds, medians: the first pass over a fresh file is noisy
-        rounds = [[measure(c, data, root) for c in CODECS] for _ in range(3)]
+        codecs = (NO_CRC, *CODECS)
+        rounds = [[measure(c, data, root) for c in codecs] for _ in range(3)]
         results = [
             [codec, *np.median([[r[i][k] for r in rounds] for k in (1, 2, 3)], axis=1)]
-            for i, codec in enumerate(CODECS)
+            for i, codec in enumerate(codecs)
         ]
     print(
         f"\nStore codecs: {args.rows} × {args.proj_dim} float16 real features "

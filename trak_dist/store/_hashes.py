@@ -114,7 +114,8 @@ def check_unchanged(
     if len(changed):
         raise StoreMismatchError(
             f"the {what} data changed since the store at {where} was featurised: "
-            f"{describe_rows(changed)} differ from the items the stored features were computed "
-            "from. Use a new store path for the new data (or overwrite this one: "
+            f"{describe_rows(changed)} {'differs' if len(changed) == 1 else 'differ'} from the "
+            "items the stored features were computed from. Use a new store path for the new data "
+            "(or overwrite this one: "
             "store.overwrite=true, TRAKer(load_from_save_dir=False))."
         )

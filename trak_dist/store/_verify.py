@@ -152,31 +152,30 @@ def _check_rows(store: FeatureStore, rel: str, report: Report) -> None:
                 report.problems.append(Problem(arr.path, str(d), (rel, c), derived))
 
 
-def _check_reduction(store: FeatureStore, rel: str, names: tuple[str, ...], report: Report) -> None:
-    """The arrays ``names`` under ``rel`` (xtx, a factorisation, a score set)."""
+def _check_reduction(
+    store: FeatureStore, rel: str, names: tuple[str, ...], drop: tuple[str, ...], report: Report
+) -> None:
+    """The arrays ``names`` of node ``rel`` (XᵀX, a factorisation, a score set): complete
+    (data written before the flag), present and intact; else repair drops ``drop``."""
     node = group(store.root, rel)
-    drop = (rel, f"{rel.rsplit('/', 1)[0]}/factor") if rel.endswith("/xtx") else (rel,)
+
+    def problem(what: str) -> None:
+        report.problems.append(Problem(drop[0], what, drop=drop))
+
     if node.attrs.get("complete") is False:
-        report.problems.append(
-            Problem(rel, f"{rel} is incomplete (a run stopped writing it)", drop=drop)
-        )
-        return
+        return problem(f"{rel} is incomplete (a run stopped writing it)")
     for name in names:
         if name not in node:
-            report.problems.append(Problem(rel, f"{rel}/{name} is absent", drop=drop))
-            return
+            return problem(f"{rel}/{name} is absent")
         arr = array(node, name)
         if arr.attrs.get("complete") is False:
-            report.problems.append(
-                Problem(rel, f"{arr.path} is incomplete (a run stopped writing it)", drop=drop)
-            )
-            return
+            return problem(f"{arr.path} is incomplete (a run stopped writing it)")
         spans = [range(-(-s // c)) for s, c in zip(arr.shape, arr.chunks, strict=True)]
         for coords in itertools.product(*spans):
             d = chunk_damage(arr, coords)
             if d is not None:
-                report.problems.append(Problem(rel, str(d), drop=drop))
-                return
+                return problem(str(d))
+    return None
 
 
 def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
@@ -242,34 +241,20 @@ def verify(path: str | Path) -> Report:
             if rel.startswith("train/"):
                 train_sets.append((int(rel.split("/")[1]), RowSet(group(store.root, rel))))
         elif kind == "xtx":
-            _check_xtx(store, rel, report)
+            parent = rel.rsplit("/", 1)[0]
+            _check_reduction(store, parent, ("xtx",), (rel, f"{parent}/factor"), report)
         elif kind == "factor":
-            _check_reduction(store, rel, ("eigenvalues", "eigenvectors"), report)
+            _check_reduction(store, rel, ("eigenvalues", "eigenvectors"), (rel,), report)
         elif is_leftover(rel.rsplit("/", 1)[1]):
             report.problems.append(
                 Problem(rel, f"{rel} was left by a scoring that stopped", drop=(rel,))
             )
         else:
             ys = tuple(f"Y/{c}" for c in _children(base, f"{rel}/Y"))
-            _check_reduction(store, rel, ("S", *TOPK_ARRAYS, *ys), report)
+            _check_reduction(store, rel, ("S", *TOPK_ARRAYS, *ys), (rel,), report)
     _check_same_items(store, train_sets, report)
     report.stray_files = [p for p in base.rglob("*.partial") if p.is_file()]
     return report
-
-
-def _check_xtx(store: FeatureStore, rel: str, report: Report) -> None:
-    parent = rel.rsplit("/", 1)[0]
-    node = group(store.root, parent)
-    arr = array(node, "xtx")
-    drop = (rel, f"{parent}/factor")
-    if arr.attrs.get("complete") is not True:
-        report.problems.append(
-            Problem(rel, f"{rel} is incomplete (a reduce stopped writing it)", drop=drop)
-        )
-        return
-    d = chunk_damage(arr, (0, 0))
-    if d is not None:
-        report.problems.append(Problem(rel, str(d), drop=drop))
 
 
 def _check_same_items(
@@ -318,8 +303,8 @@ def repair(path: str | Path) -> tuple[Report, list[str]]:
                 # a partial rewrite (TRAKer) would read the damaged bytes back first
                 for arr in (rows.X, rows.H, *([rows.Q] if rows.Q is not None else [])):
                     delete_chunk(arr, (c, 0) if arr.ndim == 2 else (c,))
-            rows_per = rows.chunk_rows
-            spans = ", ".join(f"[{c * rows_per}, {(c + 1) * rows_per})" for c in sorted(chunks))
+            k = rows.chunk_rows
+            spans = ", ".join(f"[{c * k}, {min(rows.n, (c + 1) * k)})" for c in sorted(chunks))
             actions.append(f"un-committed {len(chunks)} chunk(s) of {rel} (rows {spans})")
         for rel in sorted(drops):
             if any(rel.startswith(d + "/") for d in drops):
