@@ -68,8 +68,9 @@ def test_every_codec_ends_in_a_checksum_that_catches_one_flipped_bit(tmp_path, c
     np.testing.assert_array_equal(checked_read(arr, (slice(0, 32), slice(0, 16))), x[:32])
 
 
-def test_rows_name_missing_and_non_finite_chunks(store_path):
-    store = filled(store_path)
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_rows_name_missing_and_non_finite_chunks(store_path, dtype):
+    store = filled(store_path, dtype=dtype)
     rows = store.train_rows(0)
     (store_path / "train" / "0" / "X" / "c" / "2" / "0").unlink()
     with pytest.raises(

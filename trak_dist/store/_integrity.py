@@ -77,6 +77,10 @@ def damaged_error(damage: list[Damage], where: str) -> StoreDamagedError:
 
 def bad_values(values: np.ndarray) -> np.ndarray:
     """Elementwise: where ``values`` hold the fill value or a non-finite number."""
+    if values.dtype == np.float16 and values.flags.c_contiguous:
+        # numpy emulates float16 arithmetic: testing the exponent bits is ~3x faster than
+        # isfinite (every read of X runs this)
+        return (values.view(np.uint16) & 0x7C00) == 0x7C00
     if values.dtype.kind == "f":
         return ~np.isfinite(values)
     if values.dtype.kind == "u":
