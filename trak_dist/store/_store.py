@@ -321,21 +321,26 @@ class FeatureStore:
         path = f"scores/{exp}/{variant}"
         return ScoreSet(group(self.root, path)) if path in self.root else None
 
-    def check_same_items(self, rowsets: list[tuple[int, RowSet]], what: str) -> None:
-        """Raise StoreMismatchError unless every checkpoint's rows hash the same items."""
+    def check_same_items(
+        self, rowsets: list[tuple[int, RowSet]], what: str, block: int = 1 << 20
+    ) -> None:
+        """Raise StoreMismatchError unless every checkpoint's rows hash the same items (read
+        ``block`` hashes at a time: memory independent of n)."""
         if len(rowsets) < 2:
             return
         (c0, first), *rest = rowsets
-        ref = first.read_hashes(slice(0, first.n))
-        for c, rows in rest:
-            diff = np.flatnonzero(rows.read_hashes(slice(0, rows.n)) != ref)
-            if len(diff):
-                raise StoreMismatchError(
-                    f"the {what} features of model_id={c} and model_id={c0} in {self.where} were "
-                    f"computed from different items at {describe_rows(diff)}: the data changed "
-                    "between checkpoints. Featurise every checkpoint from the same data (a new "
-                    "store path, or `trak-dist store repair` after deleting the stale checkpoint)."
-                )
+        for r0 in range(0, first.n, block):
+            rows = slice(r0, min(first.n, r0 + block))
+            ref = first.read_hashes(rows)
+            for c, other in rest:
+                diff = np.flatnonzero(other.read_hashes(rows) != ref) + r0
+                if len(diff):
+                    raise StoreMismatchError(
+                        f"the {what} features of model_id={c} and model_id={c0} in {self.where} "
+                        f"were computed from different items at {describe_rows(diff)}: the data "
+                        "changed between checkpoints. Featurise every checkpoint from the same "
+                        "data (a new store path, or delete the stale checkpoint's row set)."
+                    )
 
     @staticmethod
     def _put(node: zarr.Group, name: str, value: np.ndarray) -> None:

@@ -135,14 +135,11 @@ def _check_rows(store: FeatureStore, rel: str, report: Report) -> None:
         if is_train
         else tuple(_scores_using(base, mid, exp))
     )
-    done_arr = array(rows.group, "done")
-    for c in range(rows.n_chunks):
-        try:
-            committed = bool(np.asarray(done_arr[c : c + 1])[0])
-        except ValueError:
-            committed = True  # an unreadable flag: check the chunk, repair un-commits it
-        if not committed:
-            continue
+    try:
+        committed = rows.done_chunks()
+    except ValueError:  # an unreadable flag: check every chunk (repair rewrites the flags)
+        committed = np.ones(rows.n_chunks, dtype=bool)
+    for c in np.flatnonzero(committed).tolist():
         report.chunks_checked += 1
         arrays = [rows.X, rows.H] + ([rows.Q] if rows.Q is not None else [])
         for arr in arrays:
