@@ -189,7 +189,9 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 # ``trak-dist <name> …``: commands outside the Hydra job, each "module:function" taking the
 # remaining arguments and returning an exit code. Hydra's own argument parser sees everything
 # else (overrides, -m, --help).
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "store": "trak_dist.store._cli:main",
+}
 
 
 def _subcommand(argv: list[str]) -> int | None:

@@ -1,6 +1,8 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
+from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
+from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
@@ -17,13 +19,17 @@ __all__ = [
     "CODECS",
     "DEFAULT_CODEC",
     "FORMAT_VERSION",
+    "Damage",
     "FeatureSpec",
     "FeatureStore",
     "RowSet",
     "ScoreSet",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
+    "dataset_row_hashes",
     "file_fingerprint",
+    "fingerprint",
+    "row_hashes",
     "store_lock",
     "variant_name",
 ]
