@@ -297,6 +297,57 @@ def test_traker_checkpoints_featurised_from_different_data_are_refused(
         user.scores(t)
 
 
+def killed_after(user: UserLoop, rows: int) -> str:
+    """A TRAKer process featurising checkpoint 0 in batches of 500 that stopped after ``rows``
+    rows: the rows of its last, partly filled chunk are still staged. Returns its writer name."""
+    t = user.traker()
+    x, y = user.train
+    t.load_checkpoint(user.states[0], model_id=0)
+    for b in range(0, rows, 500):
+        t.featurize([x[b : b + 500], y[b : b + 500]], num_samples=min(500, rows - b))
+    return t._writer
+
+
+def test_traker_staged_row_changed_in_the_dataset_is_refused(tmp_path, digits_checkpoints):
+    """Rows a killed process left staged (not yet folded into X) are reused by the next one
+    only if its items hash as theirs did."""
+    user = UserLoop(tmp_path / "s.zarr", digits_checkpoints)
+    killed_after(user, 1000)  # rows [896, 1000) of chunk 7 are staged
+    rows = FeatureStore.open(user.save_dir).train_rows(0)
+    assert not rows.done_chunks()[7] and rows.staged_rows()[896:1000].all()
+    x, y = user.train
+    x = x.clone()
+    x[950, 5] += 1.0
+    user.train = (x, y)
+    with pytest.raises(StoreMismatchError, match="row 950 differs"):
+        user.run()
+
+
+def test_traker_damaged_staging_array_then_repair(tmp_path, digits_checkpoints, traker_clean):
+    """A byte flipped in a killed process's staged rows: the fold that needs them stops,
+    naming the staged chunk; verify reports it, repair drops that writer's shadow, and the
+    rerun featurises exactly its rows again and gives the clean scores."""
+    user = UserLoop(tmp_path / "s.zarr", digits_checkpoints)
+    writer = killed_after(user, 1000)
+    flip_at = chunk_file(user.save_dir, f"train/0/staged/{writer}/X", 7, 0)
+    data = bytearray(flip_at.read_bytes())
+    data[64] ^= 0x01
+    flip_at.write_bytes(bytes(data))
+    with pytest.raises(
+        StoreDamagedError, match=rf"train/0/staged/{writer}/X chunk 7 .* fails its checksum"
+    ):
+        user.run()
+    assert user.featurised["train"] == 500  # rows [1000, 1500) staged or committed, then the fold
+    assert store_cli(["verify", str(user.save_dir)]) == 1
+    assert store_cli(["repair", str(user.save_dir)]) == 0
+    assert store_cli(["verify", str(user.save_dir)]) == 0
+    assert_clean(user.run(), traker_clean[1])
+    # the dropped rows [896, 1000) of checkpoint 0, and checkpoint 1, which the failed run never
+    # reached
+    assert user.featurised == {"train": 104 + N, "target": 2 * M}
+    assert not (user.save_dir / "train" / "0" / "staged").exists()  # all folded
+
+
 # ---- the pipeline (real Ray) ----------------------------------------------------------------
 
 
