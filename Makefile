@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 LINT_DIRS := $(wildcard trak_dist tests benchmarks launch)
 
-.PHONY: install install-test run test lint typecheck cuda bench clean
+.PHONY: install install-test run test lint typecheck cuda bench dist wheel-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -48,5 +48,13 @@ cuda:
 bench: install-test
 	$(BIN)/python -m benchmarks
 
+# the sdist and the wheel (built from the sdist) in dist/
+dist: install-test
+	$(BIN)/python -m build --outdir dist .
+
+# the wheel installed into a fresh venv outside the checkout and run from an empty directory (CI)
+wheel-check: install-test
+	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" bash .ci/wheel-check.sh
+
 clean:
-	rm -rf $(VENV) build *.egg-info cuda_ext/build
+	rm -rf $(VENV) build dist *.egg-info cuda_ext/build

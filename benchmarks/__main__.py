@@ -1,6 +1,8 @@
 """``python -m benchmarks`` (``make bench``): every CPU benchmark, one table each.
 
-The GPU projection benchmark runs on its own: ``python benchmarks/gpu_projection.py``.
+The GPU projection benchmark runs on its own: ``python benchmarks/gpu_projection.py``; so do
+the GPT-2 ones, tens of minutes each: ``python -m benchmarks.gpt2_featurize`` and
+``python -m benchmarks.kronecker_quality``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -14,12 +15,16 @@ from trak_dist.config import (
     FeaturizeConfig,
     JobConfig,
     ModelConfig,
+    ProjectionConfig,
     StoreConfig,
 )
+from trak_dist.distributed import Reducer, Worker
+from trak_dist.distributed._prepare import prepare
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore, variant_name
 
 P, LAMBDA, CHUNK = 64, 1e-2, 64
+WIDE = 64  # hidden width of the Kronecker jobs' MLP: its first layer [64, 64] uses hook factors
 
 
 def small_job(
@@ -41,6 +46,28 @@ def small_job(
         progress=False,
         report=None,
     )
+
+
+def kron_job(
+    store: Path, checkpoints: list[Path], workers: int = 2, **featurize: object
+) -> JobConfig:
+    """``small_job`` with the Kronecker projection on the digits MLP of width ``WIDE`` (and
+    ``trak_dist.run``'s default chunks of 256 rows)."""
+    cfg = small_job(store, checkpoints, workers, shard_rows=256, **featurize)
+    model = ModelConfig(kwargs={"hidden": WIDE}, checkpoints=[str(c) for c in checkpoints])
+    return dataclasses.replace(
+        cfg,
+        model=model,
+        projection=ProjectionConfig(kind="kronecker"),
+        store=dataclasses.replace(cfg.store, chunk_rows=256),
+    )
+
+
+def stored_features(cfg: JobConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Every checkpoint's train X ``[C, n, p]`` and the scores of the job's variant."""
+    store = FeatureStore.open(cfg.store.path, mode="r")
+    xs = [store.train_rows(m).read(0, store.spec.train_size) for m in store.checkpoint_ids()]
+    return np.stack(xs), job_scores(cfg)
 
 
 def job_scores(cfg: JobConfig) -> np.ndarray:
@@ -74,3 +101,33 @@ def traker_scores(save_dir: Path, checkpoints: list[Path]) -> np.ndarray:
         t.start_scoring_checkpoint("targets", st, model_id=i, num_targets=len(targets))
         t.score(targets.tensors, num_samples=len(targets))
     return np.asarray(t.finalize_scores("targets"))
+
+
+def run_in_process(cfg, reverse=False):
+    """The whole pipeline with the plain classes, in this process (``reverse``: the shards in
+    reverse order, as they may finish on several workers)."""
+    prep = prepare(cfg)
+    worker = Worker(cfg, prep.checkpoints, prep.width)
+    reducer = Reducer(cfg.store.path)
+    results = []
+    tasks = prep.train_tasks + prep.target_tasks
+    for task in reversed(tasks) if reverse else tasks:
+        result, xtx = worker.run(task)
+        results.append(result)
+        if xtx is not None:
+            reducer.add(task.model_id, task.start, task.end, xtx)
+    for mid in range(len(prep.checkpoints)):
+        reducer.finish_checkpoint(mid)
+    reducer.factorize(list(range(len(prep.checkpoints))), [prep.proj_dim])
+    s = cfg.scoring
+    reducer.score(
+        s.exp_name,
+        list(range(len(prep.checkpoints))),
+        prep.proj_dim,
+        cfg.lambda_reg,
+        s.kinv_scaling,
+        s.topk,
+        s.train_block,
+        s.target_block,
+    )
+    return prep, results

@@ -4,11 +4,13 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from trak_dist.cli import sweep_width
+from trak_dist.store._spec import FORMAT_VERSION
 
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 
@@ -26,8 +28,8 @@ def test_help_lists_the_config_groups(tmp_path):
     assert out.returncode == 0
     for line in (
         "cluster: local, ray, slurm",
-        "projection: identity, normal, rademacher",
-        "task: image_classification, text_classification",
+        "projection: identity, kronecker, normal, rademacher",
+        "task: causal_lm, image_classification, text_classification",
         "data: custom, digits",
     ):
         assert line in out.stdout
@@ -41,6 +43,10 @@ def test_help_lists_the_config_groups(tmp_path):
         ("featurize.shard_rows=100", "featurize.shard_rows=100 is not a multiple of store.chunk"),
         ("model.factory=nowhere:make", "model.factory='nowhere:make' could not be imported"),
         ("cluster=ray", "cluster=ray joins a running Ray cluster, but neither cluster.address"),
+        ("featurize.gradient_engine=jax", "FeaturizeConfig.gradient_engine='jax'; expected one"),
+        ("lambda_reg=nan", "lambda_reg=nan; expected 'auto' or a finite number ≥ 0"),
+        ("lambda_reg=-1", "lambda_reg=-1.0; expected 'auto' or a finite number ≥ 0"),
+        ("lambda_reg=often", "lambda_reg='often'; expected 'auto' or a finite number ≥ 0"),
     ],
 )
 def test_bad_values_get_one_clear_line_and_exit_2(tmp_path, override, message):
@@ -68,6 +74,8 @@ def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
     assert "Top-k proponents sharing their target's label" in first.stdout
     report = json.loads((tmp_path / "run1" / "trak_report.json").read_text())
     assert report["rows_computed"] == {"train": 3 * 1500, "target": 3 * 297}
+    assert report["trak_dist_version"] == version("trak_dist")
+    assert report["store_format_version"] == FORMAT_VERSION
     assert (tmp_path / "trak_store.zarr").is_dir()
     # score a new target set (the train set itself) against the existing store
     second = trak_dist(
@@ -93,3 +101,20 @@ def test_store_subcommand_on_a_path_that_is_no_store(tmp_path):
     assert out.stderr.startswith("trak-dist store: error: no local trak_dist store at ")
     usage = trak_dist(["store", "--help"], tmp_path)
     assert usage.returncode == 0 and "verify" in usage.stdout and "repair" in usage.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_kronecker_projection_from_the_command_line(tmp_path, digits_checkpoints):
+    common = ["progress=false", f"model.checkpoints=[{digits_checkpoints[0]}]", "proj_dim=64"]
+    out = trak_dist(
+        ["hydra.run.dir=run1", "projection=kronecker", "lambda_reg=1e-2", *common], tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "run1" / "trak_report.json").read_text())
+    assert report["rows_computed"] == {"train": 1500, "target": 297}
+    assert report["variants"][0]["proponent_label_agreement"] > 0.2
+    # the store says it holds Kronecker features: asking for Rademacher ones is refused
+    again = trak_dist(["hydra.run.dir=run2", "projection=rademacher", *common], tmp_path)
+    assert again.returncode == 2
+    assert "projection: store has 'kronecker', requested 'rademacher'" in again.stderr

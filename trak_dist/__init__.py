@@ -1,5 +1,6 @@
 """trak_dist: TRAK training-data attribution on many workers, one chunked Zarr store."""
 
+from trak_dist._version import __version__
 from trak_dist.api import Attribution, run
 from trak_dist.config import JobConfig
 from trak_dist.errors import (
@@ -12,6 +13,7 @@ from trak_dist.errors import (
     TrakerUsageError,
     WorkerFailedError,
 )
+from trak_dist.lds import Evaluation, evaluate
 from trak_dist.projection import ProjectionKind, make_projector
 from trak_dist.store import FeatureSpec, FeatureStore
 from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification
@@ -21,6 +23,7 @@ __all__ = [
     "Attribution",
     "ConfigError",
     "CudaExtUnavailableError",
+    "Evaluation",
     "FeatureSpec",
     "FeatureStore",
     "IllConditionedError",
@@ -35,7 +38,8 @@ __all__ = [
     "TrakDistError",
     "TrakerUsageError",
     "WorkerFailedError",
+    "__version__",
+    "evaluate",
     "make_projector",
     "run",
 ]
-__version__ = "0.1.0"

@@ -13,7 +13,7 @@ Example (runs the bundled digits example; swap in your own factory, files and da
         task="image_classification",
         store="my_store.zarr",
         proj_dim=512,
-        lambda_reg=1e-2,
+        lambda_reg="auto",                    # per checkpoint from XᵀX's spectrum; or a number
     )
     scores = result.scores()                  # [n_train, n_targets]
     best = result.topk()["proponents_idx"]    # [n_targets, k]
@@ -78,7 +78,7 @@ def run(
     task: Any = "image_classification",
     store: str | Path = "trak_store.zarr",
     proj_dim: int = 512,
-    lambda_reg: float = 0.0,
+    lambda_reg: float | str = "auto",
     exp_name: str = "targets",
     num_workers: int | None = 2,
     address: str | None = None,
@@ -92,15 +92,17 @@ def run(
         checkpoints: state-dict files (or a callable returning them); model_id = position.
         train, targets: datasets, or callables returning them (preferred: each worker builds
             its own copy instead of receiving a pickled one).
-        task: ``image_classification``, ``text_classification`` or a ModelOutput.
+        task: ``image_classification``, ``text_classification``, ``causal_lm`` or a ModelOutput.
         store: the Zarr store path; reruns resume from it and new targets reuse its features.
-        proj_dim, lambda_reg: projection width and ridge term.
+        proj_dim, lambda_reg: projection width and ridge term (``"auto"``: per checkpoint
+            from the spectrum of XᵀX; a number: traker's absolute λ, 0 being traker's default).
         exp_name: name of this target set in the store.
         num_workers: worker actors (None: as many as the cluster fits).
         address: a Ray cluster to join (None: start one in-process).
         grad_wrt: parameter names to differentiate (None: all).
         sections: replacements for whole config sections, e.g.
-            ``featurize=FeaturizeConfig(micro_batch=16)``, ``scoring=ScoringConfig(topk=50)``.
+            ``featurize=FeaturizeConfig(micro_batch=16, gradient_engine="hooks")``,
+            ``projection=ProjectionConfig(kind="kronecker")``, ``scoring=ScoringConfig(topk=50)``.
     """
     cluster = ClusterConfig(
         kind="ray" if address else "local", address=address, num_workers=num_workers

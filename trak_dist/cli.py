@@ -2,9 +2,13 @@
 
 trak-dist                                   # embedded default, local Ray, CPU
 trak-dist cluster=ray                       # inside `ray job submit`
-trak-dist -m proj_dim=512,1024 lambda_reg=0,1e-2   # sweep: one featurisation, one
-                                                   # factorisation per checkpoint
+trak-dist -m proj_dim=512,1024 lambda_reg=auto,1e-2   # sweep: one featurisation, one
+                                                      # factorisation per checkpoint
+trak-dist eval                              # LDS of the stored scores (retrains subsets)
 trak-dist --help                            # groups and options
+trak-dist --version                         # trak_dist's and the store format's versions
+trak-dist build-cuda                        # compile the CUDA kernel for this installation
+trak-dist store verify|repair PATH          # check a store's chunks; recompute what is damaged
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -25,6 +30,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from trak_dist import _resources
+from trak_dist._version import __version__
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, TrakDistError
 
@@ -49,15 +56,48 @@ ConfigStore.instance().store(
 
 
 def conf_dir() -> Path:
-    """``$TRAK_DIST_CONF``, else the ``conf/`` of the checkout trak_dist is installed from."""
+    """trak-dist's Hydra configs: ``$TRAK_DIST_CONF`` if set, else the ones installed with the
+    package (``trak_dist/conf``), else the checkout's ``conf/``.
+
+    Raises:
+        ConfigError: no ``config.yaml`` there, or a file that is not valid YAML (checked here so
+            that it is one line, not Hydra's traceback from inside its loader).
+    """
     env = os.environ.get("TRAK_DIST_CONF")
-    path = Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
-    if not (path / "config.yaml").is_file():
-        raise ConfigError(
-            f"trak-dist's Hydra configs were not found at {path}. Install from a checkout "
-            "(pip install -e .) or set TRAK_DIST_CONF to a copy of the repository's conf/."
-        )
+    if env:
+        path = Path(env)
+        if not (path / "config.yaml").is_file():
+            raise ConfigError(
+                f"TRAK_DIST_CONF={env}, but {path / 'config.yaml'} does not exist. Point it at a "
+                "copy of the repository's conf/, or unset it to use the configs installed with "
+                "trak_dist."
+            )
+    else:
+        found = _resources.find("conf", "config.yaml")
+        if found is None:
+            searched = " and ".join(str(p) for p in _resources.candidates("conf"))
+            raise ConfigError(
+                f"trak-dist's Hydra configs were not found: no config.yaml in {searched}. "
+                "Reinstall trak_dist (pip install from a clone or from a wheel), or set "
+                "TRAK_DIST_CONF to a copy of the repository's conf/."
+            )
+        path = found
+    for file in sorted(path.rglob("*.yaml")):
+        try:
+            yaml.safe_load(file.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise ConfigError(
+                f"the Hydra config {file} cannot be read: {_why(e)}. Fix or restore it (the "
+                "repository's conf/ has the originals), or set TRAK_DIST_CONF to a working copy."
+            ) from e
     return path
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        mark = e.problem_mark
+        return f"{e.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(e).split())
 
 
 def sweep_width(argv: list[str]) -> list[str]:
@@ -99,8 +139,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(version_base=None, config_path=str(conf_dir()), config_name="config")
-def _app(cfg: DictConfig) -> dict[str, Any]:
+def _task(cfg: DictConfig) -> dict[str, Any]:
     try:
         return _run(cfg)
     except TrakDistError as e:
@@ -133,11 +172,16 @@ class SweepSummary(Callback):
                 )
                 continue
             for v in rep["variants"]:
+                lds = v.get("lds", {})
                 rows.append(
                     {
                         "job": path.parent.name,
                         "proj_dim": v["proj_dim"],
                         "lambda_reg": v["lambda_reg"],
+                        "lambdas": " ".join(f"{x:.3g}" for x in v.get("lambdas", [])),
+                        "lds": lds.get("lds", ""),
+                        "lds_low": lds.get("low", ""),
+                        "lds_high": lds.get("high", ""),
                         "label_agreement": v.get("proponent_label_agreement", ""),
                         "total_s": rep["phases_s"]["total"],
                         "featurised_rows": sum(rep["rows_computed"].values()),
@@ -154,14 +198,33 @@ class SweepSummary(Callback):
             writer.writerows(rows)
         table = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
         table += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
+        table += ["", best_point(rows)]
         (root / "sweep_summary.md").write_text("\n".join(table) + "\n")
         _plot(rows, root / "sweep_summary.png")
         print("\n".join(table))
         print(f"sweep summary: {root / 'sweep_summary.md'}")
 
 
+def best_point(rows: list[dict[str, Any]]) -> str:
+    """One line naming the sweep point with the highest LDS (or saying how to get LDS)."""
+    scored = [r for r in rows if r.get("lds", "") != ""]
+    if not scored:
+        return (
+            "best point: no LDS measured (run `trak-dist eval` once on this store, then the "
+            "sweep again, to rank the points by LDS)."
+        )
+    top = max(scored, key=lambda r: float(r["lds"]))
+    return (
+        f"best point (highest LDS): job {top['job']}, proj_dim={top['proj_dim']} "
+        f"lambda_reg={top['lambda_reg']}: LDS {float(top['lds']):.3f} "
+        f"[{float(top['lds_low']):.3f}, {float(top['lds_high']):.3f}]"
+    )
+
+
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    ok = [r for r in rows if not r.get("error") and r.get("label_agreement") != ""]
+    ok = [r for r in rows if not r.get("error")]
+    metric = "lds" if any(r.get("lds", "") != "" for r in ok) else "label_agreement"
+    ok = [r for r in ok if r.get(metric, "") != ""]
     if not ok:
         return
     try:
@@ -172,14 +235,28 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     except ImportError:
         logger.info("matplotlib is not installed; skipping the sweep plot")
         return
+
+    def x_of(r: dict[str, Any]) -> float:
+        if r["lambda_reg"] == "auto":  # drawn at the mean λ it chose
+            lams = [float(x) for x in str(r.get("lambdas", "")).split()]
+            return sum(lams) / len(lams) if lams else float("nan")
+        return max(float(r["lambda_reg"]), 1e-6)
+
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for p in sorted({r["proj_dim"] for r in ok}):
-        pts = sorted((r["lambda_reg"], r["label_agreement"]) for r in ok if r["proj_dim"] == p)
-        xs = [max(x, 1e-6) for x, _ in pts]
-        ax.plot(xs, [y for _, y in pts], marker="o", label=f"proj_dim={p}")
+    for i, p in enumerate(sorted({r["proj_dim"] for r in ok})):
+        fixed = sorted(
+            (x_of(r), float(r[metric]))
+            for r in ok
+            if r["proj_dim"] == p and r["lambda_reg"] != "auto"
+        )
+        if fixed:
+            ax.plot(*zip(*fixed, strict=True), marker="o", color=f"C{i}", label=f"proj_dim={p}")
+        for r in ok:
+            if r["proj_dim"] == p and r["lambda_reg"] == "auto":
+                ax.plot(x_of(r), float(r[metric]), marker="*", markersize=14, color=f"C{i}")
     ax.set_xscale("log")
-    ax.set_xlabel("lambda_reg (0 drawn at 1e-6)")
-    ax.set_ylabel("top-k proponents with the target's label")
+    ax.set_xlabel("lambda_reg (0 drawn at 1e-6; ★ auto, at its mean λ)")
+    ax.set_ylabel("LDS" if metric == "lds" else "top-k proponents with the target's label")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -190,6 +267,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 # remaining arguments and returning an exit code. Hydra's own argument parser sees everything
 # else (overrides, -m, --help).
 SUBCOMMANDS: dict[str, str] = {
+    "build-cuda": "trak_dist._build_cuda:main",
+    "eval": "trak_dist.lds._cli:main",
     "store": "trak_dist.store._cli:main",
 }
 
@@ -203,10 +282,27 @@ def _subcommand(argv: list[str]) -> int | None:
     return int(getattr(importlib.import_module(module), name)(argv[2:]))
 
 
+def version() -> str:
+    """``trak-dist --version``: this trak_dist and the store format it writes."""
+    from trak_dist.store._spec import FORMAT_VERSION
+
+    return f"trak-dist {__version__} (store format version {FORMAT_VERSION})"
+
+
 def main() -> None:
     """Console entry point."""
+    if sys.argv[1:] in (["--version"], ["-V"]):  # Hydra's own --version names only Hydra's
+        print(version())
+        return
     code = _subcommand(sys.argv)
     if code is not None:
         raise SystemExit(code)
     sys.argv = sweep_width(sys.argv)
-    _app()
+    try:
+        # resolved here, not at import: importing the CLI (the launchers do) needs no configs,
+        # and a missing or broken config directory is one line instead of a traceback
+        config_path = str(conf_dir())
+    except ConfigError as e:
+        print(f"trak-dist: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    hydra.main(version_base=None, config_path=config_path, config_name="config")(_task)()

@@ -5,17 +5,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trak_dist.batches import Batch, micro_batches
+from trak_dist.batches import Batch, batch_size, micro_batches
 from trak_dist.errors import ConfigError
-from trak_dist.gradients import GradientComputer
-from trak_dist.projection import GradBlock, Projector
+from trak_dist.gradients import (
+    GradientComputer,
+    HookGradientComputer,
+    ParamLayout,
+    kronecker_views,
+)
+from trak_dist.projection import (
+    FactorBlock,
+    GradBlock,
+    ProjectionKind,
+    Projector,
+    as_blocks,
+    make_projector,
+    spec_params,
+)
 
 
 class Featurizer:
     """Turns batches into projected gradients, ``micro_batch`` samples at a time.
 
-    Peak memory is one micro-batch of per-sample gradients (``micro_batch × d`` floats) plus
-    the projector's working set, whatever the batch size (invariant 5).
+    Peak memory is one micro-batch of per-sample gradients plus the projector's working set,
+    whatever the batch size (invariant 5): ``micro_batch × d`` floats with the vmap engine,
+    ``micro_batch ×`` the largest module with the hook engine (whose blocks are projected and
+    dropped module by module), and with a Kronecker projector of factors not even that.
 
     Args:
         computer: per-sample gradients of the task's model output.
@@ -43,17 +58,46 @@ class Featurizer:
     def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
         out = []
-        offsets = self.computer.layout.offsets
         for mb in micro_batches(batch, self.micro_batch):
-            grads = self.computer.per_sample_grads(mb)
-            blocks = [
-                GradBlock(o, g.reshape(g.shape[0], -1))
-                for o, g in zip(offsets, grads.values(), strict=True)
-            ]
-            x = self.projector.project(blocks, model_id)
+            if isinstance(self.computer, HookGradientComputer):
+                x = self._project_streamed(mb, model_id)
+            else:
+                x = self._project_dense(mb, model_id)
             out.append((x / self.normalize_factor.to(x.device)).cpu())
-            del grads, blocks
         return torch.cat(out)
+
+    def _project_dense(self, mb: Batch, model_id: int) -> Tensor:
+        grads = self.computer.per_sample_grads(mb)
+        blocks = [
+            GradBlock(o, g.reshape(g.shape[0], -1))
+            for o, g in zip(self.computer.layout.offsets, grads.values(), strict=True)
+        ]
+        return self.projector.project(blocks, model_id)
+
+    def _project_streamed(self, mb: Batch, model_id: int) -> Tensor:
+        """Module by module, as the hook engine's backward pass reaches them: each module's
+        blocks are projected and added, so no more than one module's per-sample gradients
+        exist at a time (the projection is linear, and a tied weight's uses simply add)."""
+        assert isinstance(self.computer, HookGradientComputer)
+        factors = getattr(self.projector, "accepts_factors", False)
+        acc: list[Tensor] = []
+
+        def sink(blocks: list[GradBlock | FactorBlock]) -> None:
+            # only a projector that says so gets factor blocks (traker's projectors, wrapped,
+            # know nothing of them); the others get the formed gradients
+            items: list[GradBlock | FactorBlock] = (
+                blocks if factors else [gb for b in blocks for gb in as_blocks([b])]
+            )
+            x = self.projector.project(items, model_id)
+            if acc:
+                acc[0] += x
+            else:
+                acc.append(x)
+
+        self.computer.stream(mb, sink)
+        if acc:
+            return acc[0]
+        return torch.zeros(batch_size(mb), self.projector.proj_dim)  # no output depends on θ
 
     def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
         """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
@@ -61,3 +105,31 @@ class Featurizer:
         pieces = micro_batches(batch, self.micro_batch)
         q = torch.cat([self.computer.out_to_loss(mb).cpu() for mb in pieces])
         return x, q
+
+
+def build_featurizer(
+    computer: GradientComputer,
+    kind: ProjectionKind | str,
+    proj_dim: int,
+    seed: int = 0,
+    backend: str = "auto",
+    micro_batch: int | None = None,
+) -> Featurizer:
+    """A featurizer with ``make_projector``'s projector for ``computer``'s model and layout
+    (the Kronecker projector gets the parameters' matrix views from the model)."""
+    views = None
+    if ProjectionKind(kind) is ProjectionKind.KRONECKER:
+        views = kronecker_views(computer.model, computer.layout)
+    projector = make_projector(
+        kind, computer.layout.grad_dim, proj_dim, seed, computer.device, backend, views
+    )
+    return Featurizer(computer, projector, micro_batch)
+
+
+def projection_params(
+    kind: ProjectionKind | str, model: torch.nn.Module, layout: ParamLayout
+) -> str:
+    """``FeatureSpec.projection_params`` for a projection of ``model``'s selected parameters."""
+    if ProjectionKind(kind) is not ProjectionKind.KRONECKER:
+        return ""
+    return spec_params(kronecker_views(model, layout))

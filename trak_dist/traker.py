@@ -33,9 +33,10 @@ from trak_dist.compat import (
     writer_name,
 )
 from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, TrakerUsageError
-from trak_dist.gradients import GradientComputer
-from trak_dist.projection import Projector, make_projector
-from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
+from trak_dist.gradients import GradientComputer, ParamLayout, kronecker_views
+from trak_dist.gradients import make_computer as engine_computer
+from trak_dist.projection import ProjectionKind, Projector, make_projector
+from trak_dist.scoring import compute_scores, ensure_factor, parse_lambda, xtx_from_rows
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -55,11 +56,13 @@ logger = logging.getLogger("trak_dist")
 class TRAKer:
     """TRAK scores for a model, its checkpoints, a train set and target sets (traker's API).
 
-    Arguments are traker 0.3.2's; ``gradient_computer`` (ours, or a traker class such as
-    ``trak.gradient_computers.IterativeGradientComputer``), ``projector`` (ours, or any traker
-    ``AbstractProjector``) and ``proj_max_batch_size`` behave as there (the latter is ignored:
-    our kernel takes any batch size). ``saver`` and ``score_computer`` are not supported (the
-    Zarr store replaces them); ``traker.saver`` is a read-only view of the store.
+    Arguments are traker 0.3.2's, except that ``lambda_reg`` defaults to ``"auto"`` (λ per
+    checkpoint from the spectrum of XᵀX; a number keeps traker's meaning, and
+    ``lambda_reg=0.0`` is traker's default); ``gradient_computer`` (ours, or a traker class
+    such as ``trak.gradient_computers.IterativeGradientComputer``), ``projector`` (ours, or any
+    traker ``AbstractProjector``) and ``proj_max_batch_size`` behave as there (the latter is
+    ignored: our kernel takes any batch size). ``saver`` and ``score_computer`` are not
+    supported (the Zarr store replaces them); ``traker.saver`` is a read-only view of the store.
 
     ``load_from_save_dir`` keeps traker's meaning: with False this instance ignores what other
     processes put in ``save_dir`` (``finalize_features()`` / ``finalize_scores()`` without
@@ -71,8 +74,11 @@ class TRAKer:
 
     Args:
         overwrite: delete the store at ``save_dir`` first.
-        micro_batch_size: samples per vmap call (bounds memory); None for the whole batch.
-        projection: ``rademacher`` (default), ``normal`` or ``identity``.
+        micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
+        gradient_engine: ``auto`` (module hooks when the task has ``get_outputs`` and every
+            selected parameter has a hook rule, else vmap), ``vmap`` or ``hooks``; used when no
+            ``gradient_computer`` class is given (a given class is used as it is).
+        projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
         dataset_fingerprint: identifies the train set in the store's metadata. Rows are also
             hashed as they are featurised, and a batch whose rows were featurised before is
@@ -89,7 +95,7 @@ class TRAKer:
         save_dir: str | Path = "./trak_results",
         load_from_save_dir: bool = True,
         device: str | torch.device = "cuda",
-        gradient_computer: type = GradientComputer,
+        gradient_computer: type | None = None,
         projector: Projector | Any | None = None,
         saver: Any = None,
         score_computer: Any = None,
@@ -99,10 +105,11 @@ class TRAKer:
         proj_max_batch_size: int = 32,
         projector_seed: int = 0,
         grad_wrt: Iterable[str] | None = None,
-        lambda_reg: float = 0.0,
+        lambda_reg: float | str = "auto",
         *,
         overwrite: bool = False,
         micro_batch_size: int | None = None,
+        gradient_engine: str = "auto",
         projection: str = "rademacher",
         kinv_scaling: str = "mean_abs",
         dataset_fingerprint: str = "unspecified",
@@ -120,17 +127,28 @@ class TRAKer:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.task = resolve_task(task)
-        self.lambda_reg = float(lambda_reg)
+        self.lambda_reg = parse_lambda(lambda_reg)
         self.kinv_scaling = kinv_scaling
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)
         dtype = torch.float16 if use_half_precision else torch.float32
-        self.computer = make_computer(
-            gradient_computer, self.model, self.task, grad_wrt, device, dtype
-        )
+        self.computer: GradientComputer | TrakerGradients
+        if gradient_computer is None:
+            self.computer = engine_computer(
+                self.model, self.task, grad_wrt, self.device, gradient_engine
+            )
+        elif gradient_engine == "hooks":
+            raise ConfigError(
+                f"gradient_engine='hooks' and gradient_computer={gradient_computer!r} both "
+                "choose how gradients are computed; pass one of them."
+            )
+        else:
+            self.computer = make_computer(
+                gradient_computer, self.model, self.task, grad_wrt, device, dtype
+            )
         d = self.computer.layout.grad_dim
-        self.projector = adapt_projector(projector, d) or make_projector(
-            projection, d, proj_dim, projector_seed, self.device
+        self.projector = adapt_projector(projector, d) or self._projector(
+            projection, proj_dim, projector_seed
         )
         self.proj_dim = self.projector.proj_dim
         self.featurizer = make_featurizer(self.computer, self.projector, micro_batch_size)
@@ -145,6 +163,7 @@ class TRAKer:
             dataset_fingerprint=dataset_fingerprint,
             dtype="float16" if use_half_precision else "float32",
             chunk_rows=chunk_rows,
+            projection_params=getattr(self.projector, "spec_params", ""),
         )
         self.save_dir = Path(save_dir).resolve()
         self.store = FeatureStore.create_or_open(self.save_dir, spec, store_codec, overwrite)
@@ -157,6 +176,14 @@ class TRAKer:
         # row set path -> fingerprint of the checkpoint this instance featurised it with: its
         # finalize folds only rows staged from that checkpoint (store/_rows.py)
         self._fingerprints: dict[str, str] = {}
+
+    def _projector(self, projection: str, proj_dim: int, seed: int) -> Projector:
+        """Our projector of kind ``projection`` (the Kronecker one reads the layers' shapes)."""
+        layout: ParamLayout = self.computer.layout
+        views = None
+        if ProjectionKind(projection) is ProjectionKind.KRONECKER:
+            views = kronecker_views(self.model, layout)
+        return make_projector(projection, layout.grad_dim, proj_dim, seed, self.device, views=views)
 
     @property
     def saver(self) -> SaverView:

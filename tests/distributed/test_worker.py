@@ -1,39 +1,11 @@
 """Worker and Reducer as plain classes (no Ray): invariants 2, 3 and 6."""
 
 import numpy as np
-from pipeline import job_scores, small_job, traker_scores
+from pipeline import job_scores, run_in_process, small_job, traker_scores
 
-from trak_dist.distributed import Reducer, Worker
+from trak_dist.distributed import Worker
 from trak_dist.distributed._prepare import prepare
 from trak_dist.scoring import gram
-
-
-def run_in_process(cfg):
-    """The whole pipeline with the plain classes, in this process."""
-    prep = prepare(cfg)
-    worker = Worker(cfg, prep.checkpoints, prep.width)
-    reducer = Reducer(cfg.store.path)
-    results = []
-    for task in prep.train_tasks + prep.target_tasks:
-        result, xtx = worker.run(task)
-        results.append(result)
-        if xtx is not None:
-            reducer.add(task.model_id, task.start, task.end, xtx)
-    for mid in range(len(prep.checkpoints)):
-        reducer.finish_checkpoint(mid)
-    reducer.factorize(list(range(len(prep.checkpoints))), [prep.proj_dim])
-    s = cfg.scoring
-    reducer.score(
-        s.exp_name,
-        list(range(len(prep.checkpoints))),
-        prep.proj_dim,
-        cfg.lambda_reg,
-        s.kinv_scaling,
-        s.topk,
-        s.train_block,
-        s.target_block,
-    )
-    return prep, results
 
 
 def test_plain_classes_equal_the_traker_api(tmp_path, digits_checkpoints):

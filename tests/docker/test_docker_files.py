@@ -1,13 +1,14 @@
 """docker/ without a Docker engine: what these tests prove and what they do not.
 
 Proved here: the Dockerfile parses with BuildKit's own parser (the `dockerfile` package) and is
-hadolint-clean; it pins its base images and torch, builds cuda_ext, installs trak_dist so that conf/
-and the kernel are found, and runs as a non-root user. .dockerignore (read with Docker's matching
-rules) sends what the Dockerfile copies and leaves environments, stores and outputs out. The compose
-file wires workers to the head, reserves GPUs, shares one volume and keeps Ray's token auth on; it
-passes docker-compose's schema where that tool is installed. The build's own commands (make in the
-kernel stage; pip install -e and the final check in the runtime stage) run here, verbatim, on a copy
-of the build context.
+hadolint-clean; it pins its base images and torch, builds cuda_ext, builds trak_dist's wheel and
+installs it so that conf/ and the kernel are found, and runs as a non-root user. .dockerignore
+(read with Docker's matching rules) sends what the Dockerfile copies and leaves environments,
+stores and outputs out. The compose file wires workers to the head, reserves GPUs, shares one
+volume and keeps Ray's token auth on; it passes docker-compose's schema where that tool is
+installed. The build's own commands (make in the kernel stage, pip wheel in the wheel stage; the
+wheel's install and the final check in the runtime stage) run here, verbatim, on a copy of the
+build context.
 
 Not proved: that the base images, apt packages and the CUDA torch wheel resolve (no registry but
 PyPI is reachable), that the image builds, that containers start, or that they see GPUs.
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,8 +96,14 @@ def stages() -> list[Stage]:
     return out
 
 
+def by_name(stages: list[Stage]) -> tuple[Stage, Stage, Stage]:
+    """The kernel, wheel and runtime stages (the runtime is the last, unnamed one)."""
+    named = {s.name: s for s in stages}
+    return named["cuda-ext"], named["wheel"], stages[-1]
+
+
 def test_the_dockerfile_pins_cuda_and_torch_and_builds_the_kernel(stages):
-    kernel, runtime = stages
+    kernel, _, runtime = by_name(stages)
     # pinned CUDA images: a devel image (nvcc) for the kernel, the same CUDA version at runtime
     pin = r"nvidia/cuda:(\d+\.\d+\.\d+)-(\w+)-ubuntu\d+\.\d+"
     k, r = re.fullmatch(pin, kernel.base), re.fullmatch(pin, runtime.base)
@@ -114,23 +122,33 @@ def test_the_dockerfile_pins_cuda_and_torch_and_builds_the_kernel(stages):
     assert torch_at < deps_at
 
 
-def test_the_image_finds_conf_and_the_kernel_and_runs_as_a_user(stages):
-    kernel, runtime = stages
+def copies(stage: Stage) -> dict[tuple[tuple[str, ...], str], tuple[str, ...]]:
+    """(flags, destination) -> sources of the stage's COPY steps."""
+    return {(s.flags, s.value[-1]): s.value[:-1] for s in stage.steps if s.cmd == "COPY"}
+
+
+def test_the_image_installs_the_wheel_and_finds_the_kernel_and_runs_as_a_user(stages):
+    kernel, wheel, runtime = by_name(stages)
+    # the wheel stage builds from the trees the distribution maps into the package
+    (pkg,) = [s.value[0] for s in wheel.steps if s.cmd == "WORKDIR"]
+    for tree in ("conf/", "launch/", "cuda_ext/", "trak_dist/"):
+        assert copies(wheel)[((), tree)] == (tree,)
+    assert "pip wheel --no-cache-dir --no-deps --wheel-dir dist ." in wheel.runs()
+    # the runtime installs that wheel, not an editable tree; it copies no source tree itself
     workdirs = [s.value[0] for s in runtime.steps if s.cmd == "WORKDIR"]
     src = workdirs[workdirs.index("/opt/trak_dist")]
-    copies = {
-        (s.flags, s.value[-1]): s.value[:-1] for s in runtime.steps if s.cmd == "COPY"
-    }  # (flags, destination) -> sources
-    # an editable install of a tree holding trak_dist/ and conf/ side by side: conf_dir() finds it
-    assert "pip install --no-deps -e ." in runtime.runs()
-    assert copies[((), "conf/")] == ("conf/",) and copies[((), "trak_dist/")] == ("trak_dist/",)
+    runtime_copies = copies(runtime)
+    assert runtime_copies[((f"--from={wheel.name}",), "dist/")] == (f"{pkg}/dist/",)
+    assert "pip install --no-deps dist/trak_dist-*.whl" in runtime.runs()
+    assert not any(" -e " in f" {r} " for r in runtime.runs())
+    assert not {"conf/", "launch/", "trak_dist/"} & {dest for _, dest in runtime_copies}
     env = runtime.env()
     assert "TRAK_DIST_CONF" not in env  # uploaded working dirs then read their own conf/
     # the kernel copied from the devel stage to where TRAK_DIST_CUDA_LIB points
     built = f"/src/cuda_ext/build/{LIB}"
-    assert copies[((f"--from={kernel.name}",), f"cuda_ext/build/{LIB}")] == (built,)
+    assert runtime_copies[((f"--from={kernel.name}",), f"lib/{LIB}")] == (built,)
     assert [s.value[0] for s in kernel.steps if s.cmd == "WORKDIR"] == ["/src"]
-    assert env["TRAK_DIST_CUDA_LIB"] == f"{src}/cuda_ext/build/{LIB}"
+    assert env["TRAK_DIST_CUDA_LIB"] == f"{src}/lib/{LIB}"
     # the final check loads both, so a broken install fails the build
     assert any("trak-dist --cfg job" in r and "load_library()" in r for r in runtime.runs())
     user = runtime.last("USER").value[0]
@@ -138,6 +156,9 @@ def test_the_image_finds_conf_and_the_kernel_and_runs_as_a_user(stages):
     assert runtime.last("CMD").json
     labels = runtime.last("LABEL").value[::2]
     assert {"org.opencontainers.image.title", "org.opencontainers.image.licenses"} <= set(labels)
+    # the version label repeats pyproject.toml's version, the one source of trak_dist's version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert runtime.args["TRAK_DIST_VERSION"] == project["version"]
 
 
 def test_hadolint_finds_nothing():
@@ -209,6 +230,7 @@ def test_the_build_context_is_what_the_image_copies(stages):
     sent = [
         "pyproject.toml",
         "README.md",
+        "launch/slurm.py",
         "trak_dist/cli.py",
         "trak_dist/projection/_cuda_lib.py",
         "conf/config.yaml",
@@ -358,9 +380,11 @@ SKIPPED = (
 
 @pytest.mark.slow
 def test_the_build_steps_run_here(stages, tmp_path):
-    """The kernel stage's make and the runtime stage's `pip install -e .` and final check, run
-    verbatim in a fresh virtual environment on a copy of the build context laid out as in the
-    image (absolute image paths under tmp_path). Needs nvcc, and pip access to setuptools."""
+    """The kernel stage's make, the wheel stage's `pip wheel`, and the runtime stage's install of
+    that wheel and final check, run verbatim in a fresh virtual environment on a copy of the build
+    context laid out as in the image (absolute image paths under tmp_path). The wheel stage runs
+    with this interpreter's pip (the image's is python:3.12's). Needs nvcc, and pip access to
+    setuptools."""
     if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("nvcc not found: the kernel step, and the final check that loads it, need it")
     runtime = stages[-1]
@@ -373,7 +397,8 @@ def test_the_build_steps_run_here(stages, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     # the image sets no PYTHONPATH: code found through ours would prove nothing
     base_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    base_env["PATH"] = f"{os.environ.get('PATH', '')}:/usr/local/cuda/bin"
+    here = Path(sys.executable).parent  # a Python with pip, as the wheel stage's image has
+    base_env["PATH"] = f"{here}:{os.environ.get('PATH', '')}:/usr/local/cuda/bin"
     for stage in stages:
         cwd, env = root, dict(base_env)
         env.update(stage.args)
@@ -405,8 +430,8 @@ def test_the_build_steps_run_here(stages, tmp_path):
                         shutil.copy2(origin, target)
             elif step.cmd == "RUN" and not step.value[0].startswith(SKIPPED):
                 run_step(step.value[0], cwd, env)
-                if "pip install --no-deps -e ." in step.value[0]:
-                    # the dependencies this interpreter already has, after the editable finder
+                if "pip install --no-deps " in step.value[0]:
+                    # the dependencies this interpreter already has, after trak_dist
                     site = [p for p in sys.path if p.endswith("site-packages")]
                     pth = next((venv / "lib").glob("python3*/site-packages")) / "zz_deps.pth"
                     pth.write_text("\n".join(site) + "\n")
@@ -414,4 +439,7 @@ def test_the_build_steps_run_here(stages, tmp_path):
     assert lib.is_file()
     probe = "import trak_dist.cli as c; print(c.conf_dir())"
     out = run_step(f"{venv}/bin/python -c '{probe}'", at("/data"), env)
-    assert Path(out.strip()) == at("/opt/trak_dist/conf")
+    (site,) = venv.glob("lib/python3*/site-packages")
+    assert Path(out.strip()) == site / "trak_dist" / "conf"  # the wheel's, not a source tree's
+    # the launchers came with it (the image does not install the slurm extra to run them)
+    assert (site / "trak_dist" / "launch" / "slurm.py").is_file()

@@ -13,7 +13,7 @@ def slurm():
         reason = "no SLURM client here"
     else:
         out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
-        if out.returncode or not ({"idle", "mix"} & set(out.stdout.split())):
+        if out.returncode or not ({"idle", "mix", "mixed"} & set(out.stdout.split())):
             reason = f"no idle SLURM node (sinfo: {out.stdout.strip() or out.stderr.strip()})"
     if reason:
         message = f"{reason}: start one with `sudo .ci/slurm-up.sh` (CI does)"

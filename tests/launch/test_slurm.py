@@ -11,7 +11,18 @@ import cloudpickle
 import numpy as np
 import pytest
 from clusters import LOOPBACK_ENV, free_port
-from pipeline import CHUNK, LAMBDA, P, job_scores, small_job, traker_scores
+from pipeline import (
+    CHUNK,
+    LAMBDA,
+    WIDE,
+    P,
+    job_scores,
+    kron_job,
+    run_in_process,
+    small_job,
+    stored_features,
+    traker_scores,
+)
 from torch.utils.data import Dataset
 
 from launch.slurm import submit_array, submit_ray
@@ -47,6 +58,24 @@ def test_array_mode_reduces_after_its_tasks(
     close(job_scores(cfg), reference)
 
 
+def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_factory, monkeypatch):
+    """The array route's plain Workers write the same Kronecker features as an in-process run."""
+
+    monkeypatch.chdir(ROOT)
+    cache = tmp_path_factory.mktemp("cache")
+    checkpoints = digits.checkpoints(num=1, epochs=3, cache_dir=str(cache), hidden=WIDE)
+    reference = kron_job(tmp_path / "ref.zarr", checkpoints)
+    run_in_process(reference)
+    cfg = kron_job(tmp_path / "s.zarr", checkpoints)
+    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    reduce.result()
+    assert sum(j.result()["rows_computed"] for j in jobs) == 1500 + 297
+    x, s = stored_features(cfg)
+    x_ref, s_ref = stored_features(reference)
+    np.testing.assert_array_equal(x, x_ref)
+    close(s, s_ref)  # the reduce job sums XᵀX from the store, in another order
+
+
 def test_ray_mode_runs_a_cluster_inside_the_allocation(
     slurm, tmp_path, digits_checkpoints, reference, monkeypatch
 ):
@@ -78,6 +107,40 @@ def test_ray_mode_runs_a_cluster_inside_the_allocation(
     assert job.state == "COMPLETED"
     left = subprocess.run(["pgrep", "-f", f"gcs_server.*{cfg.store.path}"], capture_output=True)
     assert left.returncode == 1  # nothing of the job's Ray survives it
+
+
+def test_ray_mode_evaluates_inside_the_allocation(slurm, tmp_path, digits_checkpoints, monkeypatch):
+    """`python -m launch.slurm ray --eval`: the LDS's subset models as Ray tasks of the job."""
+    import dataclasses
+
+    from trak_dist.config import EvalConfig
+
+    monkeypatch.chdir(ROOT)
+    for key, value in LOOPBACK_ENV.items():
+        monkeypatch.setenv(key, value)
+    store = tmp_path / "s.zarr"
+    traker_scores(store, digits_checkpoints)  # features and scores p64_lambda0.01
+    cfg = dataclasses.replace(
+        small_job(store, digits_checkpoints),
+        eval=EvalConfig(num_models=6, recipe_kwargs={"epochs": 2}, bootstrap=50),
+    )
+    job = submit_ray(
+        cfg,
+        tmp_path / "jobs",
+        cpus_per_node=2,
+        partition=slurm,
+        port=free_port(),
+        head_ip="127.0.0.1",
+        timeout_min=10,
+        command="eval",
+    )
+    summary = job.result()
+    assert (summary["trained"], summary["reused"]) == (6, 0)
+    (variant,) = summary["variants"]
+    assert variant["variant"] == f"p{P}_lambda{LAMBDA:g}" and variant["models"] == 6
+    assert -1 <= variant["low"] <= variant["lds"] <= variant["high"] <= 1
+    assert FeatureStore.open(store).eval_set("targets").done().all()
+    assert Path(summary["report"]).is_file()
 
 
 def test_hydra_submitit_launcher_sweep_featurises_once(slurm, tmp_path, digits_checkpoints):

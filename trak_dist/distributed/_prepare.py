@@ -13,7 +13,8 @@ import numpy as np
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardTask, auto_shard_rows, shard_plan
-from trak_dist.gradients import ParamLayout
+from trak_dist.featurize import projection_params
+from trak_dist.gradients import ParamLayout, resolve_engine
 from trak_dist.projection import ProjectionKind
 from trak_dist.sources import build_dataset, build_model, checkpoint_paths
 from trak_dist.store import (
@@ -48,7 +49,10 @@ def prepare(cfg: JobConfig) -> Prepared:
     model = build_model(cfg.model.factory, cfg.model.kwargs)
     task = resolve_task(cfg.task.name, **cfg.task.kwargs)
     grad_wrt = None if cfg.task.grad_wrt is None else tuple(cfg.task.grad_wrt)
-    d = ParamLayout.of(model, grad_wrt).grad_dim
+    layout = ParamLayout.of(model, grad_wrt)
+    d = layout.grad_dim
+    # an engine that cannot run this model fails here, once, not in every worker
+    resolve_engine(cfg.featurize.gradient_engine, model, task, grad_wrt)
     identity = cfg.projection.kind == ProjectionKind.IDENTITY.value
     width = d if identity else cfg.featurize_dim
     proj_dim = d if identity else cfg.proj_dim
@@ -73,6 +77,7 @@ def prepare(cfg: JobConfig) -> Prepared:
         dataset_fingerprint=train_fp,
         dtype="float16" if cfg.featurize.half_precision else "float32",
         chunk_rows=cfg.store.chunk_rows,
+        projection_params=projection_params(cfg.projection.kind, model, layout),
     )
     store = FeatureStore.create_or_open(
         cfg.store.path, spec, cfg.store.codec, overwrite=cfg.store.overwrite, row_hashes=hashes

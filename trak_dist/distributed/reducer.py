@@ -9,21 +9,27 @@ import numpy as np
 import torch
 
 from trak_dist.errors import TrakDistError
-from trak_dist.scoring import compute_scores, ensure_factor
+from trak_dist.scoring import LambdaReg, compute_scores, ensure_factor
 from trak_dist.store import FeatureStore
 
 
 class Reducer:
     """Accumulates each checkpoint's XᵀX from shard partials, then scores.
 
-    Memory: one ``[p, p]`` float64 sum per checkpoint still being featurised, plus what
-    ``compute_scores`` needs (independent of n and m).
+    Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint still
+    being featurised, plus what ``compute_scores`` needs (independent of n and m).
+
+    Partials arrive in whatever order workers finish; they are added with error-free
+    transformations (TwoSum, the errors kept in a second array), so the final XᵀX is the
+    float64 rounding of the sum to within ~K²·2⁻¹⁰⁶ relative (K partials) and therefore the same
+    bits for 1 or 8 workers (it differs only for an entry that close to a rounding midpoint).
     """
 
     def __init__(self, store_path: str, device: str = "cpu") -> None:
         self.store = FeatureStore.open(store_path)
         self.device = torch.device(device)
         self._sums: dict[int, np.ndarray] = {}
+        self._errors: dict[int, np.ndarray] = {}
         self._covered: dict[int, list[tuple[int, int]]] = {}
 
     def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
@@ -35,10 +41,16 @@ class Reducer:
                 "this is a bug in the driver's bookkeeping."
             )
         spans.append((start, end))
-        if model_id in self._sums:
-            self._sums[model_id] += xtx
-        else:
-            self._sums[model_id] = xtx.copy()
+        if model_id not in self._sums:
+            self._sums[model_id] = np.array(xtx, dtype=np.float64)
+            self._errors[model_id] = np.zeros_like(self._sums[model_id])
+            return
+        total = self._sums[model_id]
+        new = total + xtx
+        back = new - total
+        # TwoSum (Knuth): new + err == total + xtx exactly
+        self._errors[model_id] += (total - (new - back)) + (xtx - back)
+        self._sums[model_id] = new
 
     def finish_checkpoint(self, model_id: int) -> float:
         """Write XᵀX once every row is covered; returns the seconds it took."""
@@ -51,7 +63,7 @@ class Reducer:
                 f"model_id={model_id}: partial XᵀX cover {covered} of {n} train rows; "
                 "every shard must be reduced once before finishing a checkpoint."
             )
-        self.store.write_xtx(model_id, self._sums.pop(model_id))
+        self.store.write_xtx(model_id, self._sums.pop(model_id) + self._errors.pop(model_id))
         return time.perf_counter() - t0
 
     def factorize(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
@@ -71,7 +83,7 @@ class Reducer:
         exp: str,
         model_ids: list[int],
         proj_dim: int,
-        lambda_reg: float,
+        lambda_reg: LambdaReg,
         kinv_scaling: str,
         topk: int,
         train_block: int,
@@ -96,6 +108,7 @@ class Reducer:
             "variant": sset.group.basename,
             "proj_dim": proj_dim,
             "lambda_reg": lambda_reg,
+            "lambdas": list(sset.attrs.get("lambdas", [])),
             "seconds": time.perf_counter() - t0,
             "path": f"{self.store.where}/scores/{exp}/{sset.group.basename}",
         }

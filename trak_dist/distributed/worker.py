@@ -15,9 +15,8 @@ import torch
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardResult, ShardTask
 from trak_dist.errors import StoreDamagedError
-from trak_dist.featurize import Featurizer
-from trak_dist.gradients import GradientComputer
-from trak_dist.projection import make_projector
+from trak_dist.featurize import build_featurizer
+from trak_dist.gradients import make_computer
 from trak_dist.scoring import gram
 from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
 from trak_dist.store import FeatureStore, RowSet, file_fingerprint, row_hashes
@@ -59,16 +58,17 @@ class Worker:
         self.store = FeatureStore.open(cfg.store.path)
         model = build_model(cfg.model.factory, cfg.model.kwargs)
         task = resolve_task(cfg.task.name, **cfg.task.kwargs)
-        computer = GradientComputer(model, task, cfg.task.grad_wrt, self.device)
-        projector = make_projector(
+        computer = make_computer(
+            model, task, cfg.task.grad_wrt, self.device, cfg.featurize.gradient_engine
+        )
+        self.featurizer = build_featurizer(
+            computer,
             cfg.projection.kind,
-            computer.layout.grad_dim,
             feature_width,
             cfg.projection.seed,
-            self.device,
             cfg.projection.backend,
+            cfg.featurize.micro_batch,
         )
-        self.featurizer = Featurizer(computer, projector, cfg.featurize.micro_batch)
         self._datasets: dict[str, Any] = {}
         self._loaded: int | None = None
         self._fingerprint: str | None = None

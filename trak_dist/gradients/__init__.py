@@ -1,6 +1,27 @@
-"""Per-sample gradients of a model output, and the parameter layout that orders them."""
+"""Per-sample gradients of a model output, and the parameter layout that orders them.
+
+Two engines (``make_computer`` chooses): ``GradientComputer`` (torch.func vmap) and
+``HookGradientComputer`` (module hooks, no vmap); ``IterativeGradientComputer`` is the slow
+autograd loop used as a fallback and a reference.
+"""
 
 from trak_dist.gradients._computers import GradientComputer, IterativeGradientComputer
+from trak_dist.gradients._engine import ENGINES, hooks_unsupported, make_computer, resolve_engine
+from trak_dist.gradients._hook_computer import HookGradientComputer
 from trak_dist.gradients._layout import ParamLayout
+from trak_dist.gradients._plan import MIN_FACTOR_SIDE, hook_plan, kronecker_views, rule_for
 
-__all__ = ["GradientComputer", "IterativeGradientComputer", "ParamLayout"]
+__all__ = [
+    "ENGINES",
+    "MIN_FACTOR_SIDE",
+    "GradientComputer",
+    "HookGradientComputer",
+    "IterativeGradientComputer",
+    "ParamLayout",
+    "hook_plan",
+    "hooks_unsupported",
+    "kronecker_views",
+    "make_computer",
+    "resolve_engine",
+    "rule_for",
+]

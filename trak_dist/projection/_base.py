@@ -18,6 +18,7 @@ class ProjectionKind(str, enum.Enum):
     RADEMACHER = "rademacher"
     NORMAL = "normal"
     IDENTITY = "identity"
+    KRONECKER = "kronecker"
 
 
 class GradBlock(NamedTuple):
@@ -32,14 +33,76 @@ class GradBlock(NamedTuple):
     grad: torch.Tensor
 
 
-GradInput = torch.Tensor | Sequence[GradBlock] | Mapping[str, torch.Tensor]
+class FactorBlock(NamedTuple):
+    """Per-sample gradients of one matrix-shaped parameter, kept as sums of outer products.
+
+    Sample b's gradient, seen as the ``[rows, cols]`` matrix whose row-major flattening starts at
+    global row ``offset``, is ``Σ_t left[b, t] ⊗ right[b, t]`` (t: sequence or spatial
+    positions). A Linear layer gives ``left = δ`` (output gradients), ``right = a`` (inputs); an
+    embedding gives token ids as ``left`` (one-hot rows). The Kronecker projector projects the
+    factors without forming the gradient; every other projector gets :meth:`grad_blocks`.
+
+    Attributes:
+        offset: global row of the parameter's first entry.
+        rows: rows of the matrix view.
+        left: ``[B, T, rows]`` floats, or ``[B, T]`` int64 row indices (one-hot left factors).
+        right: ``[B, T, cols]``.
+    """
+
+    offset: int
+    rows: int
+    left: torch.Tensor
+    right: torch.Tensor
+
+    @property
+    def cols(self) -> int:
+        return int(self.right.shape[-1])
+
+    @property
+    def one_hot(self) -> bool:
+        return not self.left.is_floating_point()
+
+    def dense(self) -> torch.Tensor:
+        """``[B, rows·cols]``: the per-sample gradients formed."""
+        batch = self.right.shape[0]
+        if not self.one_hot:
+            return torch.einsum("btr,btc->brc", self.left, self.right).reshape(batch, -1)
+        out = self.right.new_zeros(batch * self.rows, self.cols)
+        rows = torch.arange(batch, device=self.left.device)[:, None] * self.rows + self.left
+        out.index_add_(0, rows.reshape(-1), self.right.reshape(-1, self.cols))
+        return out.reshape(batch, -1)
+
+    def grad_blocks(self) -> list[GradBlock]:
+        """The formed gradients as :class:`GradBlock` s; for one-hot factors only the rows of the
+        tokens present (an embedding's gradient is zero elsewhere), in runs of consecutive rows."""
+        if not self.one_hot:
+            return [GradBlock(self.offset, self.dense())]
+        batch, cols = self.right.shape[0], self.cols
+        ids, inverse = torch.unique(self.left, return_inverse=True)  # sorted
+        n = ids.numel()
+        sums = self.right.new_zeros(batch * n, cols)
+        slot = torch.arange(batch, device=self.left.device)[:, None] * n + inverse
+        sums.index_add_(0, slot.reshape(-1), self.right.reshape(-1, cols))
+        sums = sums.reshape(batch, n, cols)
+        starts = ids.tolist()
+        blocks, s = [], 0
+        for e in range(1, n + 1):
+            if e == n or starts[e] != starts[e - 1] + 1:
+                grad = sums[:, s:e].reshape(batch, -1)
+                blocks.append(GradBlock(self.offset + starts[s] * cols, grad))
+                s = e
+        return blocks
+
+
+GradInput = torch.Tensor | Sequence[GradBlock | FactorBlock] | Mapping[str, torch.Tensor]
 
 MAX_SEED = 2**64
 MAX_MODEL_ID = 2**32
 
 
 def as_blocks(grads: GradInput) -> list[GradBlock]:
-    """Normalise ``[B, d]``, a dict of per-parameter ``[B, *shape]`` grads, or blocks to blocks.
+    """Normalise ``[B, d]``, a dict of per-parameter ``[B, *shape]`` grads, or blocks to blocks
+    (factor blocks are formed).
 
     A dict is laid out in its iteration order, which for vmap output is ``named_parameters()``
     order: the layout that defines the rows of P.
@@ -59,7 +122,13 @@ def as_blocks(grads: GradInput) -> list[GradBlock]:
             blocks.append(GradBlock(offset, flat))
             offset += flat.shape[1]
         return blocks
-    return [GradBlock(int(o), g.reshape(g.shape[0], -1)) for o, g in grads]
+    blocks = []
+    for b in grads:
+        if isinstance(b, FactorBlock):
+            blocks += b.grad_blocks()
+        else:
+            blocks.append(GradBlock(int(b[0]), b[1].reshape(b[1].shape[0], -1)))
+    return blocks
 
 
 def check_model_id(model_id: int) -> int:

@@ -1,8 +1,9 @@
 """ctypes bindings of ``cuda_ext/build/libtrak_proj.so``: loading, ABI check, calls.
 
-``cuda_ext/build/libtrak_proj.so`` (built by ``make cuda``) exposes a plain C ABI and carries its
-own statically linked CUDA runtime, so it works next to any torch build and loads on machines
-without a GPU (its host-side hash checks then still run)."""
+``libtrak_proj.so`` (built by ``make cuda`` in a checkout, ``trak-dist build-cuda`` in an
+installed package) exposes a plain C ABI and carries its own statically linked CUDA runtime, so it
+works next to any torch build and loads on machines without a GPU (its host-side hash checks then
+still run)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import torch
 
+from trak_dist._resources import cuda_ext_dir
 from trak_dist.errors import CudaExtUnavailableError
 
 ENV_VAR = "TRAK_DIST_CUDA_LIB"
 ABI_VERSION = 1
-DEFAULT_LIB = Path(__file__).resolve().parents[2] / "cuda_ext" / "build" / "libtrak_proj.so"
+# the build directory of the kernel sources this trak_dist ships with (_resources.cuda_ext_dir)
+DEFAULT_LIB = cuda_ext_dir() / "build" / "libtrak_proj.so"
+BUILD_HINT = "`trak-dist build-cuda` (`make cuda` in a checkout; needs nvcc)"
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 MIN_CAPABILITY = (8, 0)
 
@@ -59,7 +63,7 @@ class CudaLibrary:
         except OSError as e:
             raise CudaExtUnavailableError(
                 f"could not load the CUDA projection library {path}: {e}. Rebuild it with "
-                "`make cuda` (needs nvcc)."
+                f"{BUILD_HINT}."
             ) from e
         for name, (restype, argtypes) in _SIGNATURES.items():
             try:
@@ -67,7 +71,7 @@ class CudaLibrary:
             except AttributeError as e:
                 raise CudaExtUnavailableError(
                     f"{path} lacks the symbol {name}: it is not a trak_proj library or a stale "
-                    "one. Rebuild it with `make cuda`."
+                    f"one. Rebuild it with {BUILD_HINT}."
                 ) from e
             fn.restype = restype
             fn.argtypes = argtypes
@@ -75,7 +79,7 @@ class CudaLibrary:
         if found != ABI_VERSION:
             raise CudaExtUnavailableError(
                 f"{path} has ABI version {found}; this trak_dist needs {ABI_VERSION}. Rebuild it "
-                "with `make cuda`."
+                f"with {BUILD_HINT}."
             )
         self.path = path
         self._lib = lib
@@ -178,7 +182,9 @@ _CHECKED: set[tuple[Path, int, int]] = set()
 
 
 def library_path() -> Path:
-    """Where the library is looked for: ``$TRAK_DIST_CUDA_LIB`` if set, else the build dir."""
+    """Where the library is looked for: ``$TRAK_DIST_CUDA_LIB`` if set, else the build directory
+    of the kernel sources this trak_dist ships with (``trak_dist/cuda_ext/build`` when installed,
+    ``cuda_ext/build`` in a checkout)."""
     env = os.environ.get(ENV_VAR)
     return Path(env) if env else DEFAULT_LIB
 
@@ -201,8 +207,8 @@ def load_library() -> CudaLibrary:
                     else f"{path} (${ENV_VAR} is unset)"
                 )
                 raise CudaExtUnavailableError(
-                    f"libtrak_proj.so not found; searched {searched}. Build it with `make cuda` "
-                    f"(needs nvcc) or point ${ENV_VAR} at a built copy."
+                    f"libtrak_proj.so not found; searched {searched}. Build it with "
+                    f"{BUILD_HINT} or point ${ENV_VAR} at a built copy."
                 )
             _LIBRARIES[path] = CudaLibrary(path)
         return _LIBRARIES[path]

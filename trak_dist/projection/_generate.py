@@ -46,8 +46,13 @@ def rademacher_block(
     col_end: int,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
+    key_tweak: int = 0,
 ) -> torch.Tensor:
     """``P[row_start:row_end, col_start:col_end]`` of the Rademacher projection.
+
+    Args:
+        key_tweak: XORed into the key's high word; a non-zero tweak gives an independent
+            matrix from the same seed (the Kronecker factors use this, docs/projection.md).
 
     Returns:
         ``[row_end - row_start, col_end - col_start]`` tensor of ±1 in ``dtype``.
@@ -61,6 +66,7 @@ def rademacher_block(
     span = jblocks.numel() * 128
     lo = col_start - first_block * 128
     k0, k1 = _key(seed)
+    k1 ^= key_tweak
     table = _sign_table(dtype, device)
     shifts = torch.tensor(_BYTE_SHIFTS, dtype=torch.int64, device=device)
     mid = torch.tensor(model_id, dtype=torch.int64, device=device)

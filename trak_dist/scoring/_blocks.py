@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from trak_dist.errors import StoreStateError
 from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._zarr import array
@@ -71,7 +72,7 @@ def compute_scores(
     exp: str,
     model_ids: Sequence[int],
     proj_dim: int | None = None,
-    lambda_reg: float = 0.0,
+    lambda_reg: LambdaReg = AUTO,
     kinv_scaling: str = "mean_abs",
     topk: int = 10,
     train_block: int = 4096,
@@ -81,6 +82,10 @@ def compute_scores(
     progress: bool = False,
 ) -> ScoreSet:
     """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
+
+    ``lambda_reg`` is a number (the same λ for every checkpoint) or ``"auto"`` (each
+    checkpoint's own, from its spectrum); the λ used per checkpoint is recorded in the score
+    set's ``lambdas`` attribute.
 
     Returns:
         The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``. It replaces the
@@ -105,10 +110,12 @@ def compute_scores(
     store.check_same_items(list(zip(ids, train_sets, strict=True)), "train")
     store.check_same_items(list(zip(ids, target_sets, strict=True)), f"target ({exp!r})")
 
+    lambda_reg = parse_lambda(lambda_reg)
     name = variant_name(p, lambda_reg, kinv_scaling)
     attrs = {
         "proj_dim": p,
         "lambda_reg": lambda_reg,
+        "lambda_rule": auto_rule() if lambda_reg == AUTO else "fixed",
         "kinv_scaling": kinv_scaling,
         "model_ids": ids,
     }
@@ -116,10 +123,12 @@ def compute_scores(
     with store.create_scores(exp, name, n, m, topk, attrs) as sset:
         tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
         ys = sset.group.require_group("Y")
+        lambdas = []
         for c, ts in zip(ids, target_sets, strict=True):
+            factor = ensure_factor(store, c, p, device)
+            lambdas.append(factor.resolve_lambda(lambda_reg))
             kinv = torch.as_tensor(
-                ensure_factor(store, c, p, device).kinv(lambda_reg, kinv_scaling, f"model_id={c}"),
-                device=device,
+                factor.kinv(lambdas[-1], kinv_scaling, f"model_id={c}"), device=device
             )
             y = ys.create_array(
                 str(c),
@@ -133,6 +142,8 @@ def compute_scores(
                 xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
                 y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
             del kinv
+        # in the partial set's attributes: they move into place with it (publish)
+        sset.group.attrs["lambdas"] = lambdas
 
         k = min(topk, n)
         bar = tqdm(

@@ -1,6 +1,7 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
+from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import store_lock
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_CODEC",
     "FORMAT_VERSION",
     "Damage",
+    "EvalSet",
     "FeatureSpec",
     "FeatureStore",
     "RowSet",
@@ -31,5 +33,6 @@ __all__ = [
     "fingerprint",
     "row_hashes",
     "store_lock",
+    "subset_mask",
     "variant_name",
 ]

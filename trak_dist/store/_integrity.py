@@ -27,13 +27,17 @@ from zarr.core.sync import sync
 from trak_dist.errors import StoreDamagedError
 
 STAGED = "staged"  # a row set's group of writers' staged rows (store/_staging.py)
-CONTAINERS = ("train", "targets", "scores")  # the store's top-level groups; nothing else is ours
+EVAL = "eval"  # the LDS's subset models (store/_eval.py), made by the first `trak-dist eval`
+# the store's top-level groups; nothing else is ours (eval/ only once it exists, see
+# unreadable_metadata)
+CONTAINERS = ("train", "targets", "scores", EVAL)
 KINDS = {
     "checksum": "fails its checksum (its bytes changed on disk)",
     "missing": "is missing, though committed",
     "unset": "reads as the fill value: rows of it were never written",
     "non-finite": "holds non-finite values",
     "unreadable": "cannot be decoded",
+    "mismatch": "differs from the subset its settings define",
 }
 
 
@@ -52,6 +56,8 @@ class Damage:
         return self.region[0]
 
     def __str__(self) -> str:
+        if self.array.startswith(f"{EVAL}/"):  # one chunk per subset model (store/_eval.py)
+            return f"{self.array} of subset model {self.chunk[0]} {KINDS[self.kind]}"
         where = f"rows [{self.rows[0]}, {self.rows[1]})"
         if len(self.region) > 1 and self.chunk[1:] != (0,) * (len(self.chunk) - 1):
             where += ", cols " + ", ".join(f"[{a}, {b})" for a, b in self.region[1:])
@@ -72,10 +78,14 @@ def store_location(arr: zarr.Array[Any] | zarr.Group) -> str:
 def damaged_error(damage: list[Damage], where: str) -> StoreDamagedError:
     listed = "\n  - ".join(str(d) for d in damage[:20])
     more = f"\n  - … and {len(damage) - 20} more" if len(damage) > 20 else ""
+    again = (
+        "only these subset models are trained again"
+        if all(d.array.startswith(f"{EVAL}/") for d in damage)
+        else "only these chunks are featurised again (and what was reduced from them is recomputed)"
+    )
     return StoreDamagedError(
         f"{len(damage)} damaged chunk(s) in the store at {where}:\n  - {listed}{more}\n"
-        f"Run `trak-dist store repair {where}`, then rerun the same command: only these "
-        "chunks are featurised again (and what was reduced from them is recomputed).",
+        f"Run `trak-dist store repair {where}`, then rerun the same command: {again}.",
         damage,
     )
 
@@ -194,7 +204,9 @@ def checked_read(
 def unreadable_metadata(root: str | Path) -> list[str]:
     """Node paths (``""`` for the root) of a local store whose ``zarr.json`` is missing, cut
     short or not Zarr v3 metadata. Chunk directories are not entered, nor folders beside the
-    store's own containers: a traker ``save_dir`` holds traker's folders too."""
+    store's own containers: a traker ``save_dir`` holds traker's folders too. ``eval/`` is
+    entered only when it has metadata of its own (``trak-dist eval`` makes it; a folder of that
+    name without it is someone else's)."""
     base = Path(root)
     bad: list[str] = []
     for dirpath, dirnames, filenames in os.walk(base):
@@ -204,7 +216,11 @@ def unreadable_metadata(root: str | Path) -> list[str]:
         if node_type is None:
             bad.append(rel)
         if rel == "":
-            dirnames[:] = [d for d in dirnames if d in CONTAINERS]
+            dirnames[:] = [
+                d
+                for d in dirnames
+                if d in CONTAINERS and (d != EVAL or (Path(dirpath) / d / "zarr.json").exists())
+            ]
         elif node_type != "group":
             # an array's chunks (or a node we cannot read): nothing below is metadata we own
             dirnames[:] = [d for d in dirnames if d != "c"] if node_type is None else []

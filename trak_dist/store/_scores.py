@@ -32,9 +32,11 @@ TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_v
 PARTIAL, OLD = ".partial-", ".old-"
 
 
-def variant_name(proj_dim: int, lambda_reg: float, kinv_scaling: str = "mean_abs") -> str:
-    """``p512_lambda0.01``: the key of a scoring variant (``_rawkinv`` appended without scaling)."""
-    name = f"p{proj_dim}_lambda{lambda_reg:g}"
+def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "mean_abs") -> str:
+    """``p512_lambda0.01`` or ``p512_lambdaauto``: the key of a scoring variant (``_rawkinv``
+    appended without scaling)."""
+    lam = lambda_reg if isinstance(lambda_reg, str) else f"{lambda_reg:g}"
+    name = f"p{proj_dim}_lambda{lam}"
     return name if kinv_scaling == "mean_abs" else f"{name}_rawkinv"
 
 
@@ -113,6 +115,11 @@ class ScoreSet:
             self.discard()
 
     @property
+    def attrs(self) -> dict[str, Any]:
+        """What defines the variant: proj_dim, lambda_reg, lambdas (per checkpoint), …"""
+        return dict(self.group.attrs)
+
+    @property
     def complete(self) -> bool:
         return bool(self.group.attrs.get("complete", False))
 
@@ -160,6 +167,13 @@ class ScoreSet:
         """S as one ``[n, m]`` array (reads it whole: mind its size)."""
         self._check_complete()
         return checked_read(self.S, (slice(0, self.S.shape[0]), slice(0, self.S.shape[1])))
+
+    def read_rows(self, r0: int, r1: int) -> np.ndarray:
+        """Rows ``[r0, r1)`` of S, ``[r1 - r0, m]`` (checked: a damaged chunk is an error)."""
+        self._check_complete()
+        return checked_read(
+            self.S, (slice(r0, min(r1, self.S.shape[0])), slice(0, self.S.shape[1]))
+        )
 
     def read_topk(self) -> dict[str, np.ndarray]:
         self._check_complete()

@@ -15,10 +15,18 @@ import torch
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 
-# 2 (issues 10 and 11 together): chunks carry a crc32c, fill values are sentinels (NaN, -1, 0),
-# row sets hold per-row item hashes H and may hold ``staged/<writer>/`` shadows (X, Q, H, has) of
-# rows not yet folded into X (_rows.py), reductions carry a "complete" flag, the dataset
-# fingerprint covers every row. Version 1 stores are refused (FeatureStore).
+# 2 (issues 9, 10, 11 and 12 together; version 1 stores are refused by FeatureStore):
+#    - chunks carry a crc32c and fill values are sentinels (NaN, -1, 0), so a damaged, missing or
+#      unwritten chunk is detected on read (store/_integrity.py);
+#    - row sets hold per-row item hashes H, and the dataset fingerprint covers every row;
+#    - row sets may hold ``staged/<writer>/`` shadows (X, Q, H, has) of rows not yet folded into
+#      X (_rows.py), and the checkpoint a row set is bound to at its first commit;
+#    - commit and done flags are checksummed; reductions (xtx, factors) carry a ``complete`` flag
+#      and score sets are written beside the variant (``<variant>.partial-<id>``) and renamed in;
+#    - score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
+#      named ``p<k>_lambdaauto``;
+#    - an ``eval/<exp>`` group holds the LDS's subset models (EvalSet), checksummed, done per model;
+#    - FeatureSpec.projection_params records what else defines a Kronecker projection.
 FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 
@@ -29,7 +37,7 @@ class FeatureSpec:
 
     Attributes:
         proj_dim: p the features were computed at; any p' ≤ p can be scored (prefix property).
-        projection: ``rademacher``, ``normal`` or ``identity``.
+        projection: ``rademacher``, ``normal``, ``identity`` or ``kronecker``.
         seed: projector seed.
         grad_wrt: parameter names differentiated, or None for all.
         model_output: the task's ``module:Class``.
@@ -39,6 +47,8 @@ class FeatureSpec:
         dtype: storage dtype of X, ``float16`` or ``float32``.
         chunk_rows: rows per Zarr chunk; the unit of work and of commits.
         format_version: layout version of the store.
+        projection_params: what else defines P (the Kronecker projector's ``spec_params``:
+            column sharing, pair order, digest of the parameter views); empty for the others.
     """
 
     proj_dim: int
@@ -52,6 +62,7 @@ class FeatureSpec:
     dtype: str = "float16"
     chunk_rows: int = 256
     format_version: int = FORMAT_VERSION
+    projection_params: str = ""
 
     def __post_init__(self) -> None:
         for name in ("proj_dim", "grad_dim", "train_size", "chunk_rows"):

@@ -11,11 +11,14 @@ Layout (one Zarr v3 group)::
     <row set>/staged/<writer>/    rows staged by one writer until their chunk is whole: X, Q, H,
                                   has; attrs: the writer's checkpoint (_rows.py, _staging.py)
     scores/<exp>/<variant>/       see ``ScoreSet``
+    eval/<exp>/                   see ``EvalSet`` (LDS ground truth, written by trak-dist eval)
 
 Reductions (xtx, factors, scores) are complete or absent: their data is written first and a
 ``complete`` flag last (scores: renamed into place), and readers treat anything else as absent.
 A damaged xtx or factor is recomputed (it is derived from checksummed rows); damaged rows are a
-``StoreDamagedError`` (see ``store/_integrity.py`` and ``trak-dist store repair``).
+``StoreDamagedError`` (see ``store/_integrity.py`` and ``trak-dist store repair``). The subset
+models of ``eval/<exp>`` are complete or absent one by one (margins, then a done flag), and a
+damaged one is dropped by repair so that ``trak-dist eval`` trains it again.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ import zarr
 
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store._codecs import CHECKSUM, DEFAULT_CODEC, compressors
+from trak_dist.store._eval import EvalSet
 from trak_dist.store._hashes import check_unchanged, describe_rows
 from trak_dist.store._integrity import checked_read, unreadable_metadata
 from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
-from trak_dist.store._scores import ScoreSet
+from trak_dist.store._scores import ScoreSet, is_leftover
 from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
 from trak_dist.store._zarr import array, attr_int, group, quiet_foreign_nodes
 
@@ -333,6 +337,31 @@ class FeatureStore:
                         "changed between checkpoints. Featurise every checkpoint from the same "
                         "data (a new store path, or delete the stale checkpoint's row set)."
                     )
+
+    def score_variants(self, exp: str) -> list[str]:
+        """Names of the completed score sets of ``exp`` (not the partial or replaced sets a
+        killed scoring may have left beside them)."""
+        path = f"scores/{exp}"
+        if path not in self.root:
+            return []
+        names = sorted(v for v in group(self.root, path).group_keys() if not is_leftover(v))
+        return [v for v in names if (s := self.score_set(exp, v)) is not None and s.complete]
+
+    # ---- LDS ground truth -------------------------------------------------------------------
+    def ensure_eval(self, exp: str, settings: dict[str, Any], overwrite: bool = False) -> EvalSet:
+        """The subset models' store of ``exp`` (see ``EvalSet.ensure``)."""
+        parent = self.root.require_group("eval")
+        if overwrite and exp in parent:
+            logger.warning("discarding the LDS ground truth eval/%s in %s", exp, self.where)
+            del parent[exp]
+        return EvalSet.ensure(parent, exp, settings)
+
+    def eval_set(self, exp: str) -> EvalSet | None:
+        """The subset models of ``exp``, if ``trak-dist eval`` has started on it."""
+        path = f"eval/{exp}"
+        if path not in self.root or "num_targets" not in group(self.root, path).attrs:
+            return None
+        return EvalSet(group(self.root, path))
 
     @staticmethod
     def _put(node: zarr.Group, name: str, value: np.ndarray) -> None:

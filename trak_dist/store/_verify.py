@@ -22,6 +22,14 @@ What counts as a problem, and what repair does with it:
   with what was derived from it (a row set whose metadata is torn is featurised again, since
   the checkpoint it was bound to is unknown; a torn shadow only drops that shadow). The root's
   metadata holds the store's settings; without it the store cannot be repaired;
+- a subset model of ``eval/<exp>`` (the LDS's ground truth) whose margins are damaged or missing
+  though it is done, or whose mask fails its checksum or differs from the subset its settings
+  define: the model is un-done (flag and margins removed, mask written again), and the next
+  ``trak-dist eval`` trains exactly those models again. A done flag that fails its checksum is
+  rewritten when the model's margins and mask are whole (margins are written before the flag),
+  else the model is un-done. An ``eval/<exp>`` without its settings (an evaluation killed while
+  creating it, before any model was trained) is dropped. Nothing is derived from subset models
+  inside the store, so nothing else goes;
 - rows of one checkpoint hashed from other items than another checkpoint's: not repairable
   (which data is right is the user's call).
 
@@ -42,8 +50,10 @@ import numpy as np
 import zarr
 
 from trak_dist.errors import StoreDamagedError, StoreStateError
+from trak_dist.store._eval import EvalSet
 from trak_dist.store._integrity import (
     CONTAINERS,
+    EVAL,
     chunk_damage,
     delete_chunk,
     unreadable_metadata,
@@ -56,6 +66,7 @@ from trak_dist.store._store import FeatureStore
 from trak_dist.store._zarr import array, group
 
 ROW_ARRAYS = ("X", "Q", "H", "done")
+EVAL_ARRAYS = ("masks", "margins", "done")
 
 
 @dataclass(frozen=True)
@@ -65,8 +76,10 @@ class Problem:
     Attributes:
         node: the node's path in the store (``train/0/X``).
         what: what is wrong, for people.
-        uncommit: a damaged chunk of a row set: (row set path, chunk index).
-        recommit: a chunk whose flag is unreadable and whose data is whole: (path, chunk).
+        uncommit: a damaged chunk of a row set: (row set path, chunk index); or a damaged
+            subset model of an eval set: (``eval/<exp>``, model index).
+        recommit: a chunk (subset model) whose flag is unreadable and whose data is whole:
+            (path, chunk or model index).
         drop: node paths repair removes (the next run recomputes them).
     """
 
@@ -143,6 +156,8 @@ def _for_torn(base: Path, rel: str) -> tuple[str, ...]:
         return (f"targets/{exp}/{mid}", *using)
     if top == "scores":
         return ("/".join(parts[:3]),)
+    if top == EVAL:  # the settings or a whole array are unknown: the experiment's models go
+        return ("/".join(parts[:2]),)
     return ()
 
 
@@ -248,6 +263,37 @@ def _check_reduction(
     return None
 
 
+def _check_eval(store: FeatureStore, rel: str, report: Report) -> None:
+    """Every subset model of ``eval/<exp>``: its mask intact and the one its settings define,
+    and, once done, its margins present, intact and finite (see the module docstring)."""
+    node = group(store.root, rel)
+    if "num_targets" not in node.attrs:
+        what = f"{rel} is incomplete (an evaluation stopped while creating it)"
+        report.problems.append(Problem(rel, what, drop=(rel,)))
+        return
+    missing = [a for a in EVAL_ARRAYS if a not in node]
+    if missing:
+        report.problems.append(Problem(rel, f"{rel}/{missing[0]} is absent", drop=(rel,)))
+        return
+    ev = EvalSet(node)
+    done, unreadable = ev.done_flags()
+    for j in range(ev.num_models):
+        report.chunks_checked += 1
+        found = [ev.mask_damage(j)]
+        if done[j] or unreadable[j]:
+            found.append(chunk_damage(ev.margins, (j, 0)))
+        damage = [Problem(d.array, str(d), uncommit=(rel, j)) for d in found if d is not None]
+        if unreadable[j]:
+            flag = f"{rel}/done of subset model {j} fails its checksum"
+            if damage:
+                report.problems.append(Problem(f"{rel}/done", f"{flag}; its margins are not whole"))
+            else:
+                report.problems.append(
+                    Problem(f"{rel}/done", f"{flag}; its margins are whole", recommit=(rel, j))
+                )
+        report.problems += damage
+
+
 def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
     """(kind, path) of every row set and reduction whose metadata is readable."""
 
@@ -273,6 +319,10 @@ def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
         for v in _children(base, f"scores/{exp}") if ok(f"scores/{exp}") else []:
             if ok(f"scores/{exp}/{v}"):
                 yield "scores", f"scores/{exp}/{v}"
+    for exp in _children(base, EVAL) if ok(EVAL) else []:
+        rel = f"{EVAL}/{exp}"
+        if ok(rel) and not any(f"{rel}/{a}" in torn for a in EVAL_ARRAYS):
+            yield "eval", rel
 
 
 def verify(path: str | Path) -> Report:
@@ -315,6 +365,8 @@ def verify(path: str | Path) -> Report:
             _check_reduction(store, parent, ("xtx",), (rel, f"{parent}/factor"), report)
         elif kind == "factor":
             _check_reduction(store, rel, ("eigenvalues", "eigenvectors"), (rel,), report)
+        elif kind == "eval":
+            _check_eval(store, rel, report)
         elif is_leftover(rel.rsplit("/", 1)[1]):
             report.problems.append(
                 Problem(rel, f"{rel} was left by a scoring that stopped", drop=(rel,))
@@ -381,6 +433,13 @@ def repair(path: str | Path) -> tuple[Report, list[str]]:
         for rel, chunks in sorted(uncommit.items()):
             if any(rel == d or rel.startswith(d + "/") for d in drops):
                 continue  # the whole row set went
+            if rel.startswith(f"{EVAL}/"):
+                EvalSet(group(root, rel)).uncommit(np.array(sorted(chunks)))
+                actions.append(
+                    f"un-did {len(chunks)} subset model(s) of {rel} ({sorted(chunks)}): "
+                    "`trak-dist eval` trains them again"
+                )
+                continue
             rows = RowSet(group(root, rel))
             rows.uncommit_chunks(np.array(sorted(chunks)))
             for c in chunks:
@@ -394,6 +453,13 @@ def repair(path: str | Path) -> tuple[Report, list[str]]:
         for rel, chunks in sorted(recommit.items()):
             if any(rel == d or rel.startswith(d + "/") for d in drops):
                 continue
+            if rel.startswith(f"{EVAL}/"):
+                EvalSet(group(root, rel)).recommit(np.array(sorted(chunks)))
+                actions.append(
+                    f"rewrote the done flags of {len(chunks)} whole subset model(s) of {rel} "
+                    f"({sorted(chunks)})"
+                )
+                continue
             rows = RowSet(group(root, rel))
             rows.recommit_chunks(np.array(sorted(chunks)))
             actions.append(
@@ -401,7 +467,8 @@ def repair(path: str | Path) -> tuple[Report, list[str]]:
                 f"(rows {_spans(rows, chunks)})"
             )
         for name in CONTAINERS:
-            root.require_group(name)
+            if name != EVAL:  # made by the first `trak-dist eval`, not with the store
+                root.require_group(name)
         for f in report.stray_files:
             f.unlink(missing_ok=True)
         if report.stray_files:

@@ -6,17 +6,20 @@ import importlib
 from typing import Any
 
 from trak_dist.errors import ConfigError
-from trak_dist.tasks._base import ModelOutput, describe, margin
+from trak_dist.tasks._base import BatchedOutput, ModelOutput, describe, margin
 from trak_dist.tasks._classification import (
     ImageClassification,
     IterativeImageClassification,
     TextClassification,
 )
 from trak_dist.tasks._clip import CLIPOutput
+from trak_dist.tasks._language import CausalLM
 
 __all__ = [
     "TASKS",
+    "BatchedOutput",
     "CLIPOutput",
+    "CausalLM",
     "ImageClassification",
     "IterativeImageClassification",
     "ModelOutput",
@@ -27,6 +30,7 @@ __all__ = [
 ]
 
 TASKS: dict[str, type[ModelOutput]] = {
+    "causal_lm": CausalLM,
     "image_classification": ImageClassification,
     "text_classification": TextClassification,
     "iterative_image_classification": IterativeImageClassification,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,6 +31,8 @@ class ModelOutput(ABC):
       ``model`` (its own parameters, no ``functional_call``). Sample i's output must depend on
       sample i only (the model is in eval mode), so that the gradient of the sum is the sum of
       the per-sample gradients.
+
+    ``BatchedOutput`` derives both output entries from one batched ``outputs`` method.
 
     A batch is a tuple of tensors, or a dict of them (Hugging Face style); for a dict batch,
     ``get_output`` receives one dict (a sample's tensors) after ``buffers``.
@@ -61,6 +63,38 @@ class ModelOutput(ABC):
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
     ) -> Tensor: ...
+
+
+class BatchedOutput(ModelOutput):
+    """A task written once, for a batch: subclasses implement ``outputs(model, params, batch)
+    -> [B]``; the per-sample entry (vmap) runs it on a batch of one with ``functional_call``
+    parameters, the hook engine's entry on the whole batch with the model's own.
+
+    Args:
+        temperature: softmax temperature of Q.
+    """
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.loss_temperature = temperature
+
+    @abstractmethod
+    def outputs(self, model: nn.Module, params: tuple[Params, Params] | None, batch: Any) -> Tensor:
+        """``[B]`` outputs; ``params`` is ``(weights, buffers)`` for ``functional_call``, or None
+        to call the model with its own parameters."""
+
+    def get_output(
+        self, model: nn.Module, weights: Params, buffers: Params, *sample: Any
+    ) -> Tensor:
+        if len(sample) == 1 and isinstance(sample[0], Mapping):
+            batch: Any = {k: v.unsqueeze(0) for k, v in sample[0].items()}
+        else:
+            batch = [t.unsqueeze(0) for t in sample]
+        return self.outputs(model, (weights, buffers), batch).sum()
+
+    def get_outputs(self, model: nn.Module, batch: Any) -> Tensor:
+        """``[B]`` outputs from a plain forward pass (the hook engine's entry)."""
+        return self.outputs(model, None, batch)
 
 
 def margin(logits: Tensor, labels: Tensor) -> Tensor:

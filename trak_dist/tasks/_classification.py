@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from trak_dist.tasks._base import ModelOutput, Params, margin, one_minus_p
+from trak_dist.batches import Batch
+from trak_dist.errors import ConfigError
+from trak_dist.tasks._base import BatchedOutput, ModelOutput, Params, margin, one_minus_p
+from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 
 class ImageClassification(ModelOutput):
@@ -41,44 +44,58 @@ class ImageClassification(ModelOutput):
         return one_minus_p(logits, labels, self.loss_temperature)
 
 
-class TextClassification(ModelOutput):
-    """Margin for sequence classifiers called as ``model(input_ids=, token_type_ids=,
-    attention_mask=)``; a sample is ``(input_ids, token_type_ids, attention_mask, label)``."""
+class TextClassification(BatchedOutput):
+    """f = log p/(1−p) of the label's class for sequence classifiers (e.g. a Hugging Face
+    ``*ForSequenceClassification``), called as ``model(input_ids=, attention_mask=,
+    [token_type_ids=])``; Q = 1 − p.
 
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.loss_temperature = temperature
+    A batch is one of:
+
+    - ``(input_ids, token_type_ids, attention_mask, label)`` (traker's layout), each ``[B, T]``
+      and ``label`` ``[B]``;
+    - ``(input_ids, attention_mask, label)`` for models without token types (GPT-2 embeds
+      token types with its word embeddings, so zeros are not the same as none);
+    - a dict as Hugging Face tokenizers and datasets give it: ``input_ids``, ``attention_mask``,
+      optionally ``token_type_ids`` / ``position_ids``, and ``labels`` or ``label``. Other keys
+      are ignored.
+
+    Args:
+        temperature: softmax temperature of Q.
+    """
 
     @staticmethod
-    def _logits(
-        model: nn.Module, weights: Params, buffers: Params, ids: Tensor, types: Tensor, mask: Tensor
-    ) -> Tensor:
-        kwargs = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
-        out = torch.func.functional_call(model, (weights, buffers), args=(), kwargs=kwargs)
-        # Hugging Face models return an object with .logits; plain modules return the tensor.
-        return out.logits if hasattr(out, "logits") else out
-
-    def get_output(
-        self, model: nn.Module, weights: Params, buffers: Params, *sample: Tensor
-    ) -> Tensor:
-        ids, types, mask, label = sample
-        logits = self._logits(
-            model, weights, buffers, ids.unsqueeze(0), types.unsqueeze(0), mask.unsqueeze(0)
+    def _split(batch: Batch) -> tuple[dict[str, Tensor], Tensor]:
+        """The model's keyword arguments and the labels ``[B]``."""
+        what = "text_classification"
+        if isinstance(batch, Mapping):
+            labels = dict_labels(batch, what)
+            if labels is None:
+                raise ConfigError(
+                    f"{what}: a dict batch needs 'labels' (or 'label'); got keys {sorted(batch)}."
+                )
+            return model_inputs(batch, what), labels
+        if len(batch) == 4:
+            ids, types, mask, labels = batch
+            return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}, labels
+        if len(batch) == 3:
+            ids, mask, labels = batch
+            return {"input_ids": ids, "attention_mask": mask}, labels
+        raise ConfigError(
+            f"{what}: a tuple batch is (input_ids, token_type_ids, attention_mask, label) or "
+            f"(input_ids, attention_mask, label); got {len(batch)} tensors."
         )
-        return margin(logits, label.unsqueeze(0)).sum()
 
-    def get_outputs(self, model: nn.Module, batch: Sequence[Tensor]) -> Tensor:
-        """``[B]`` margins from a plain forward pass (the hook engine's entry)."""
-        ids, types, mask, labels = batch
-        out = model(input_ids=ids, token_type_ids=types, attention_mask=mask)
-        return margin(out.logits if hasattr(out, "logits") else out, labels)
+    def outputs(
+        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
+    ) -> Tensor:
+        inputs, labels = self._split(batch)
+        return margin(logits(model, params, inputs), labels)
 
     def get_out_to_loss_grad(
-        self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
+        self, model: nn.Module, weights: Params, buffers: Params, batch: Batch
     ) -> Tensor:
-        ids, types, mask, labels = batch
-        logits = self._logits(model, weights, buffers, ids, types, mask)
-        return one_minus_p(logits, labels, self.loss_temperature)
+        inputs, labels = self._split(batch)
+        return one_minus_p(logits(model, (weights, buffers), inputs), labels, self.loss_temperature)
 
 
 class IterativeImageClassification(ImageClassification):

@@ -1,0 +1,92 @@
+"""Forward hooks that keep each hooked module's inputs and hand them, with the gradient of its
+output, to a callback during the backward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trak_dist.errors import ConfigError
+
+OnGrad = Callable[[nn.Module, tuple[Any, ...], Tensor | None, Tensor], None]
+
+
+class ModuleHookManager:
+    """Registers one forward hook per module; the hooks act only inside :meth:`capture`.
+
+    In a capture, every call of a hooked module registers a hook on its output tensor; when the
+    backward pass reaches it, ``on_grad(module, inputs, output, δ)`` runs and the call's saved
+    inputs are released, so at most the activations autograd keeps anyway are alive.
+
+    Args:
+        modules: the modules to hook.
+        keep_output: modules whose rule also reads their output.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module], keep_output: Sequence[nn.Module] = ()) -> None:
+        self._keep = {id(m) for m in keep_output}
+        self._on_grad: OnGrad | None = None
+        self._root: Tensor | None = None
+        self._batch = 0
+        self._handles = [m.register_forward_hook(self._forward) for m in modules]
+
+    @contextmanager
+    def capture(self, on_grad: OnGrad, batch: int, root: Tensor | None = None) -> Iterator[None]:
+        """Hooks active for a forward/backward pass over ``batch`` samples.
+
+        ``root`` (a zero scalar that requires grad) is added to every hooked output that does
+        not require grad, so that its gradient is computed even when no weight requires grad
+        (the engine's fast mode skips the batch-summed weight gradients).
+        """
+        self._on_grad, self._root, self._batch = on_grad, root, batch
+        try:
+            yield
+        finally:
+            self._on_grad = self._root = None
+
+    def _forward(self, module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+        on_grad = self._on_grad
+        if on_grad is None or not torch.is_grad_enabled():
+            return None
+        if not isinstance(output, Tensor):
+            raise ConfigError(
+                f"a hooked {type(module).__name__} returned {type(output).__name__}, not a "
+                "tensor; use gradient_engine=vmap for this model."
+            )
+        replaced = None
+        if output.dim() and output.shape[0] == 1 < self._batch:
+            # computed once for the whole batch and broadcast later (position embeddings of
+            # position_ids [1, T]): expanded here, each sample's δ reaches the hook
+            output = replaced = output.expand(self._batch, *output.shape[1:])
+            inputs = tuple(_expand(x, self._batch) for x in inputs)
+        if not output.requires_grad and self._root is not None:
+            output = replaced = output + self._root
+        if not output.requires_grad:
+            return None  # no gradient flows through this call
+        saved: list[Any] = [
+            tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs),
+            output.detach() if id(module) in self._keep else None,
+        ]
+
+        def hook(grad: Tensor) -> None:
+            args, out = saved
+            saved[:] = [(), None]  # free the inputs as soon as this module is done
+            on_grad(module, args, out, grad)
+
+        output.register_hook(hook)
+        return replaced
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+def _expand(x: Any, batch: int) -> Any:
+    if isinstance(x, Tensor) and x.dim() and x.shape[0] == 1:
+        return x.expand(batch, *x.shape[1:])
+    return x

@@ -1,0 +1,101 @@
+"""Causal language models: the summed next-token margin and its out-to-loss weight."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from trak_dist.batches import Batch
+from trak_dist.errors import ConfigError
+from trak_dist.tasks._base import BatchedOutput, Params, margin
+from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
+
+IGNORE_INDEX = -100  # Hugging Face's "no loss here" label
+
+
+class CausalLM(BatchedOutput):
+    """TRAK's model output for next-token prediction (e.g. Hugging Face ``GPT2LMHeadModel``).
+
+    The model is called as ``model(input_ids=, attention_mask=)`` and returns logits
+    ``[B, T, V]``. Position t predicts token y_t = ``input_ids[t+1]``; it counts (t ∈ 𝒯) when
+    both tokens are real (``attention_mask`` is 1 at t and t+1) and, if the batch has
+    ``labels``, ``labels[t+1] != -100`` (Hugging Face's convention, e.g. to leave out a prompt).
+
+    With p_t = softmax(z_t)[y_t] the probability of the true next token:
+
+        margin_t = log p_t/(1 − p_t) = z_t[y_t] − logsumexp_{v ≠ y_t} z_t[v]
+        f        = Σ_{t∈𝒯} margin_t
+        Q        = (1/|𝒯|) Σ_{t∈𝒯} (1 − p_t)                       (0 when 𝒯 is empty)
+
+    Why: the sample's loss is the token-summed cross-entropy L = Σ_t ℓ_t with
+    ℓ_t = −log p_t = log(1 + e^{−margin_t}), so ∂ℓ_t/∂margin_t = −(1 − p_t): per token this is
+    exactly TRAK's classification pair (margin, 1 − p), and a one-token sequence gives the
+    classification task over the vocabulary. For the sequence, TRAK needs one output f and one
+    weight Q with ∇θL ≈ −Q ∇θf, while ∇θL = −Σ_t (1 − p_t) ∇θ margin_t. With f the summed
+    margin, Q = ∂L/∂f along the direction that raises every token's margin by the same amount
+    (f + ε spread as ε/|𝒯| per token) is the mean of (1 − p_t); it is exact when the tokens'
+    (1 − p_t) are equal, and it is the least-squares scalar Q = ⟨∇f, ∇L⟩/|∇f|² when the
+    per-token gradients are orthogonal with equal norms. The gradient-weighted version would
+    need a per-token gradient; the mean costs nothing. Hugging Face's loss (the token mean over
+    a batch) is L divided by a constant of the batch, which scales all scores alike.
+
+    A batch is ``(input_ids, attention_mask)``, ``(input_ids, attention_mask, labels)`` (each
+    ``[B, T]``), or a dict with ``input_ids``, optional ``attention_mask`` (all ones if absent),
+    ``labels``, ``token_type_ids`` and ``position_ids``; other keys are ignored. Pad on the
+    right, or pass ``position_ids`` with left padding (GPT-2 numbers positions from the first
+    column, padding included, when it gets none).
+
+    Args:
+        temperature: softmax temperature of Q.
+    """
+
+    @staticmethod
+    def _split(batch: Batch) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+        """The model's keyword arguments, next-token targets ``[B, T-1]`` (0 where not
+        counted) and the mask 𝒯 of counted positions ``[B, T-1]``."""
+        what = "causal_lm"
+        if isinstance(batch, Mapping):
+            inputs = model_inputs(batch, what)
+            labels = dict_labels(batch, what)
+        elif len(batch) in (2, 3):
+            inputs = {"input_ids": batch[0], "attention_mask": batch[1]}
+            labels = batch[2] if len(batch) == 3 else None
+        else:
+            raise ConfigError(
+                f"{what}: a tuple batch is (input_ids, attention_mask) or (input_ids, "
+                f"attention_mask, labels); got {len(batch)} tensors."
+            )
+        ids = inputs["input_ids"]
+        if ids.dim() != 2 or ids.shape[1] < 2:
+            raise ConfigError(
+                f"{what}: input_ids must be [batch, tokens] with at least 2 tokens; got shape "
+                f"{tuple(ids.shape)}."
+            )
+        targets = ids[:, 1:] if labels is None else labels[:, 1:]
+        counted = targets != IGNORE_INDEX
+        mask = inputs.get("attention_mask")
+        if mask is not None:
+            real = mask.bool()
+            counted = counted & real[:, 1:] & real[:, :-1]
+        return inputs, torch.where(counted, targets, 0), counted
+
+    def outputs(
+        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
+    ) -> Tensor:
+        inputs, targets, counted = self._split(batch)
+        z = logits(model, params, inputs)[:, :-1]
+        per_token = margin(z.reshape(-1, z.shape[-1]), targets.reshape(-1)).view(targets.shape)
+        # where, not a product: a position that does not count contributes exactly 0
+        return torch.where(counted, per_token, 0).sum(dim=1)
+
+    def get_out_to_loss_grad(
+        self, model: nn.Module, weights: Params, buffers: Params, batch: Batch
+    ) -> Tensor:
+        inputs, targets, counted = self._split(batch)
+        z = logits(model, (weights, buffers), inputs)[:, :-1]
+        probs = torch.softmax(z / self.loss_temperature, dim=-1)
+        p = probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        residual = torch.where(counted, 1 - p, 0).sum(dim=1)
+        return (residual / counted.sum(dim=1).clamp(min=1)).detach()
