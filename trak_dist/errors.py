@@ -29,6 +29,20 @@ class TrakerUsageError(TrakDistError, AssertionError):
     """
 
 
+class StoreDamagedError(StoreStateError):
+    """Stored chunks fail their checksum, are missing though committed (or staged), or hold
+    non-finite values; ``damage`` lists them. ``trak-dist store repair`` un-commits them (or
+    drops the writer's staged rows they belong to)."""
+
+    def __init__(self, message: str, damage: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.damage = list(damage)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # crosses process boundaries (Ray actors) with its damage list
+        return (type(self), (str(self), self.damage))
+
+
 class IllConditionedError(TrakDistError, ArithmeticError):
     """XᵀX + λI is singular or too ill-conditioned for its inverse to mean anything."""
 

@@ -133,12 +133,6 @@ def committed_chunks(store: Path, kind: str = "train") -> set[tuple[str, int]]:
 # ---- fast cases: the CLI refuses before any Ray starts ------------------------------------
 
 
-def test_topk_above_train_block_is_one_line(tmp_path):
-    out = run_cli(["scoring.topk=50", "scoring.train_block=10", "progress=false"], tmp_path)
-    one_error_line(out, "ScoringConfig.topk=50 exceeds ScoringConfig.train_block=10")
-    assert out.returncode == 2
-
-
 def test_read_only_store_directory_is_one_line(user, digits_checkpoints):
     locked = user / "locked"
     locked.mkdir()
@@ -492,8 +486,8 @@ def test_api_errors_inside_actors_arrive_unwrapped(ray_session, tmp_path, digits
 
 
 def test_scoring_guards_keep_existing_scores(tmp_path):
-    """λ = NaN/inf and top-k above the train block are refused before the store's complete
-    scores are touched (TRAKer path, no Ray)."""
+    """λ = NaN/inf is refused, and the store's complete scores stay; top-k above the train
+    block is no error: the block-wise merge keeps the exact top-k (TRAKer path, no Ray)."""
     from helpers import classification_data, mlp
 
     from trak_dist import TRAKer
@@ -521,25 +515,43 @@ def test_scoring_guards_keep_existing_scores(tmp_path):
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ConfigError, match="lambda_reg="):
             compute_scores(store, "exp", [0], 16, bad)
-    with pytest.raises(ConfigError, match=r"topk=20 exceeds scoring\.train_block=8"):
-        compute_scores(store, "exp", [0], 16, 1e-2, topk=20, train_block=8)
     kept = store.score_set("exp", variant_name(16, 1e-2))
     assert kept is not None
     np.testing.assert_array_equal(kept.scores(), before)
     assert torch.isfinite(torch.as_tensor(before)).all()
 
+    small = compute_scores(store, "exp", [0], 16, 1e-2, topk=20, train_block=8)
+    np.testing.assert_array_equal(small.scores(), before)  # same blocks' sums, same order
+    top = small.read_topk()
+    np.testing.assert_array_equal(top["proponents_val"], -np.sort(-before, axis=0)[:20].T)
+    vals = np.take_along_axis(before, top["proponents_idx"].T, 0).T
+    np.testing.assert_array_equal(vals, top["proponents_val"])
 
-def test_auto_lambda_refuses_a_non_finite_factor_before_scores_are_touched(tmp_path):
-    """λ=auto is 0.007 × the largest eigenvalue of XᵀX: a NaN XᵀX (or a stored factor with NaN
-    eigenvalues) must be refused, not turned into auto's fallback λ = 1, and before the store's
-    complete scores are replaced (TRAKer path, no Ray)."""
+
+def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
+    """λ=auto is 0.007 × the largest eigenvalue of XᵀX. A non-finite XᵀX is refused before
+    its eigendecomposition, NaN eigenvalues before auto's fallback λ = 1 could hide them; a
+    stored factor damaged to NaN is recomputed from the rows (store/_integrity.py), so the
+    scores are those of the intact factor (TRAKer path, no Ray)."""
     from helpers import classification_data, mlp
 
     from trak_dist import TRAKer
-    from trak_dist.scoring import compute_scores
+    from trak_dist.scoring import Factorization, auto_lambda, compute_scores, gram
+
+    x = np.random.default_rng(3).standard_normal((50, 8))
+    xtx = gram(x)
+    xtx[2, 5] = np.nan
+    with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=4\) or its eigenvalues hold NaN"):
+        Factorization.of(xtx, 50, context="model_id=4")
+    good = Factorization.of(gram(x), 50)
+    evals = good.eigenvalues.copy()
+    evals[3] = np.nan
+    assert auto_lambda(evals) == 1.0  # the fallback the check keeps NaN from reaching
+    with pytest.raises(NonFiniteError, match=r"model_id=4"):
+        Factorization(evals, good.eigenvectors, 50).resolve_lambda("auto", "model_id=4")
 
     model = mlp()
-    x, y = classification_data(40)
+    xs, ys = classification_data(40)
     t = TRAKer(
         model,
         "image_classification",
@@ -552,30 +564,16 @@ def test_auto_lambda_refuses_a_non_finite_factor_before_scores_are_touched(tmp_p
         logging_level=50,
     )
     t.load_checkpoint(model.state_dict(), model_id=0)
-    t.featurize((x, y), num_samples=40)
+    t.featurize((xs, ys), num_samples=40)
     t.start_scoring_checkpoint("exp", model.state_dict(), 0, 10)
-    t.score((x[:10], y[:10]), num_samples=10)
+    t.score((xs[:10], ys[:10]), num_samples=10)
     before = t.finalize_scores("exp").copy()
-    store = t.store
-    root = store.root
-
-    evals = root["train/0/factor/p16/eigenvalues"]
-    good = np.asarray(evals[:])
-    evals[3] = np.nan  # a damaged stored factor
-    with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=0\) or its eigenvalues hold NaN"):
-        compute_scores(store, "exp", [0], 16, "auto")
-    evals[:] = good
-
-    del root["train/0/factor"]  # factorised afresh from a damaged XᵀX
-    xtx = root["train/0/xtx"]
-    xtx[2, 5] = np.nan
-    with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=0\) or its eigenvalues hold NaN"):
-        compute_scores(store, "exp", [0], 16, "auto")
-    assert "factor" not in root["train/0"], "a factor of a NaN XᵀX was stored"
-
-    kept = store.score_set("exp", variant_name(16, "auto"))
-    assert kept is not None
-    np.testing.assert_array_equal(kept.scores(), before)
+    stored = t.store.root["train/0/factor/p16/eigenvalues"]
+    lam = t.store.score_set("exp", variant_name(16, "auto")).group.attrs["lambdas"]
+    stored[3] = np.nan  # a damaged stored factor
+    again = compute_scores(t.store, "exp", [0], 16, "auto")
+    assert again.group.attrs["lambdas"] == lam
+    np.testing.assert_array_equal(again.scores(), before)
     assert np.isfinite(before).all()
 
 

@@ -17,17 +17,13 @@ def test_bad_config_is_one_line(tmp_path, capsys):
             "--folder",
             str(tmp_path),
             "--",
-            "scoring.topk=20",
-            "scoring.train_block=10",
+            "lambda_reg=nan",
         ]
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert err == [
-        "python -m launch.slurm: error: ScoringConfig.topk=20 exceeds ScoringConfig.train_block="
-        "10: each train block must hold at least top-k rows. Raise scoring.train_block or lower "
-        "scoring.topk."
-    ]
+    assert len(err) == 1, err
+    assert err[0].startswith("python -m launch.slurm: error: lambda_reg=nan; expected 'auto' or")
 
 
 def test_a_failed_job_is_one_line_with_its_cause(tmp_path, capsys, monkeypatch):
