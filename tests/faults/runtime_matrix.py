@@ -243,10 +243,10 @@ def main() -> None:
     row("lambda_reg=nan (features reused)", res, f"score sets written: {written} {nan}")
 
     shutil.copytree(work / "clean", work / "topk")
-    # k > 2 blocks: the block-wise top-k merge cannot hold k rows
+    # k > 2 blocks: before, the block-wise top-k merge could not hold k rows
     res = r.run(r.args("topk", "scoring.topk=50", "scoring.train_block=10"))
     kept = compare(r.scores("topk"), ref)
-    row("scoring.topk=50 > train_block=10", res, f"earlier scores: {kept}")
+    row("scoring.topk=50 > train_block=10", res, f"scores in the store after: {kept}")
 
     locked = work / "locked"
     locked.mkdir()

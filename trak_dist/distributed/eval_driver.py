@@ -110,7 +110,7 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
     if todo:
         started = _ray.connect(cfg.cluster)
         try:
-            _train_all(cfg, ev, [int(j) for j in todo], on_model)
+            _train_all(cfg, ev, [int(j) for j in todo], on_model, cancel=not started)
         finally:
             if started:
                 ray.shutdown()
@@ -132,8 +132,20 @@ def _window(cfg: JobConfig) -> int:
 
 
 def _train_all(
-    cfg: JobConfig, ev: EvalSet, todo: list[int], on_model: Callable[[int], None] | None
+    cfg: JobConfig,
+    ev: EvalSet,
+    todo: list[int],
+    on_model: Callable[[int], None] | None,
+    cancel: bool = True,
 ) -> None:
+    """Train ``todo`` as Ray tasks, storing each as it finishes.
+
+    Args:
+        cancel: on failure or Ctrl-C, cancel the tasks still running (on a joined cluster).
+            A Ray started here is shut down instead, which stops them: a forced cancel racing
+            a task's reply can abort the driver in Ray's task manager ("Tried to complete task
+            that was not pending"), seen on Ctrl-C.
+    """
     task = ray.remote(_train_one).options(
         num_cpus=cfg.eval.cpus_per_model,
         num_gpus=cfg.eval.gpus_per_model,
@@ -167,7 +179,7 @@ def _train_all(
                         on_model(j)
         finally:
             bar.close()
-            for ref in refs:
+            for ref in refs if cancel else ():
                 ray.cancel(ref, force=True)
 
 
