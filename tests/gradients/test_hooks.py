@@ -100,6 +100,29 @@ def test_hook_features_equal_the_reference_engine(case):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * want.abs().max())
 
 
+@pytest.mark.parametrize("case", ["mlp", "bert", "gpt2-lm"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "separate"])
+def test_q_comes_from_the_same_forward_and_is_unchanged(case, fused):
+    """With ``get_outputs_and_q`` the hook engine's featurize runs one forward per micro-batch
+    and its Q equals ``get_out_to_loss_grad``'s (the reference engine's, a forward of its own);
+    a task without it gets Q from that second forward."""
+    make_model, task_cls, make_batch, reference = CASES[case]
+    model, batch = make_model(), make_batch()
+    task = task_cls() if fused else type("Separate", (task_cls,), {"get_outputs_and_q": None})()
+    hooks = HookGradientComputer(model, task)
+    projector = TorchProjector(hooks.layout.grad_dim, 16)
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    x, q = Featurizer(hooks, projector, micro_batch=2).featurize(batch, model_id=3)
+    n = len(batch[0])
+    assert len(forwards) == -(-n // 2) * (1 if fused else 2)
+    want = reference(model, task_cls()).out_to_loss(batch)
+    assert q.dtype == torch.float32 and q.shape == want.shape == (n,)
+    torch.testing.assert_close(q, want, rtol=1e-5, atol=1e-7)
+    # and X is what project() alone gives
+    torch.testing.assert_close(x, features(hooks, projector, batch, 2), rtol=1e-6, atol=0.0)
+
+
 def test_auto_picks_hooks_when_every_parameter_has_a_rule():
     model = mlp()
     assert isinstance(make_computer(model, ImageClassification()), HookGradientComputer)
