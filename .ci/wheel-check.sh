@@ -79,7 +79,8 @@ step "trak-dist --version and --help"
 want=$(cd "$ROOT" && "$PYTHON" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 got=$(trak-dist --version)
 echo "$got"
-[ "$got" = "trak-dist $want (store format version 1)" ] || { echo "wheel-check: expected version $want"; exit 1; }
+fmt=$(python -c 'import trak_dist.store as s; print(s.FORMAT_VERSION)')
+[ "$got" = "trak-dist $want (store format version $fmt)" ] || { echo "wheel-check: expected 'trak-dist $want (store format version $fmt)'"; exit 1; }
 trak-dist --help > help.txt
 grep -q "cluster: local, ray, slurm" help.txt || { cat help.txt; exit 1; }
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import pipeline, reducer_memory, store_codecs, sweep
+from benchmarks import dense_cnn, pipeline, reducer_memory, store_codecs, sweep
 
 for name, module in [
     ("pipeline", pipeline),
     ("store_codecs", store_codecs),
     ("reducer_memory", reducer_memory),
     ("sweep", sweep),
+    ("dense_cnn", dense_cnn),
 ]:
     print(f"\n## benchmarks.{name}", flush=True)
     sys.argv = [f"benchmarks.{name}"]

@@ -52,14 +52,24 @@ class RayClusterJob:
         port: the head's GCS port.
         head_ip: address the head binds and the others join (None: the first node's address).
         cpus, gpus: Ray resources each node offers.
-        report_dir: where the driver writes the run report.
+        report_dir: where the driver writes the run report (or the LDS table).
+        command: ``run`` (featurise and score, as ``trak-dist``) or ``eval`` (the LDS's subset
+            models as Ray tasks, as ``trak-dist eval``).
     """
 
     def __init__(
-        self, cfg: JobConfig, port: int, head_ip: str | None, cpus: int, gpus: int, report_dir: Path
+        self,
+        cfg: JobConfig,
+        port: int,
+        head_ip: str | None,
+        cpus: int,
+        gpus: int,
+        report_dir: Path,
+        command: str = "run",
     ) -> None:
         self.cfg, self.port, self.head_ip = cfg, port, head_ip
         self.cpus, self.gpus, self.report_dir = cpus, gpus, report_dir
+        self.command = command
 
     def __call__(self) -> dict[str, Any] | None:
         env = submitit.JobEnvironment()
@@ -105,6 +115,8 @@ class RayClusterJob:
             num_workers=self.cfg.cluster.num_workers or None,
         )
         cfg = dataclasses.replace(self.cfg, cluster=cluster)
+        if self.command == "eval":
+            return self._evaluate(cfg, nodes)
         result = run_job(cfg)
         summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
         summary["nodes"] = nodes
@@ -112,3 +124,15 @@ class RayClusterJob:
         md, _ = write(summary, self.report_dir / (cfg.report or "trak_report"))
         summary["report"] = str(md)
         return summary
+
+    def _evaluate(self, cfg: JobConfig, nodes: int) -> dict[str, Any]:
+        from trak_dist.lds import evaluate_config
+
+        ev = evaluate_config(cfg, self.report_dir / "lds")
+        return {
+            "nodes": nodes,
+            "trained": ev.run.trained,
+            "reused": ev.run.reused,
+            "variants": [v.to_json() for v in ev.variants],
+            "report": str(ev.files["md"]),
+        }

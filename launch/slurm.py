@@ -2,9 +2,11 @@
 
     trak-dist-slurm ray   --nodes 4 --gpus-per-node 1 --partition gpu -- proj_dim=2048
     trak-dist-slurm array --tasks 16 --partition cpu -- proj_dim=2048 lambda_reg=1e-2
+    trak-dist-slurm ray --eval --nodes 4 --partition cpu -- eval.num_models=200
 
 ``ray``: one allocation of N nodes; a Ray head on the first node, Ray workers on the others, the
-driver on the head; the cluster is torn down when the driver returns.
+driver on the head; the cluster is torn down when the driver returns. With ``--eval`` the driver
+is ``trak-dist eval``'s: the LDS's subset models are Ray tasks of the allocation.
 ``array``: a SLURM array of K tasks, each featurising its share of shards with the plain Worker
 (no Ray), then a dependent job that reduces and scores. Array tasks are submitit
 Checkpointables: a preempted or timed-out task is requeued and skips its committed chunks.
@@ -61,8 +63,10 @@ def submit_ray(
     port: int = 6379,
     head_ip: str | None = None,
     local: bool = False,
+    command: str = "run",
 ) -> submitit.Job[Any]:
-    """One job of ``nodes`` tasks (one per node) running RayClusterJob."""
+    """One job of ``nodes`` tasks (one per node) running RayClusterJob (``command``: ``run`` or
+    ``eval``)."""
     ex = executor(
         folder,
         local,
@@ -74,7 +78,9 @@ def submit_ray(
         cpus_per_task=cpus_per_node,
         gpus_per_node=gpus_per_node,
     )
-    job = RayClusterJob(cfg, port, head_ip, cpus_per_node, gpus_per_node, folder / "report")
+    job = RayClusterJob(
+        cfg, port, head_ip, cpus_per_node, gpus_per_node, folder / "report", command
+    )
     return ex.submit(job)
 
 
@@ -142,6 +148,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ray.add_argument("--mem-gb", type=float, default=8)
     ray.add_argument("--port", type=int, default=6379)
     ray.add_argument("--head-ip", default=None, help="default: the first node's address")
+    ray.add_argument(
+        "--eval", action="store_true", help="run `trak-dist eval` (the LDS) instead of trak-dist"
+    )
     array = sub.add_parser("array", parents=[common], help="array of shard tasks + reduce job")
     array.add_argument("--tasks", type=int, default=4)
     array.add_argument("--cpus-per-task", type=int, default=1)
@@ -165,6 +174,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 args.port,
                 args.head_ip,
                 args.local,
+                "eval" if args.eval else "run",
             )
             print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
             final = job

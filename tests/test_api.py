@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 import trak_dist.api
+import trak_dist.lds
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _docstring_example() -> str:
-    doc = trak_dist.api.__doc__ or ""
+def _docstring_example(module=trak_dist.api) -> str:
+    doc = module.__doc__ or ""
     body = doc.split("::", 1)[1]
     lines = [line[4:] for line in body.splitlines() if line.startswith("    ") or not line]
     return "\n".join(lines).strip()
@@ -29,6 +30,9 @@ def test_docstring_example_runs(ray_session, tmp_path, monkeypatch):
     assert scores.shape == (1500, 297) and np.isfinite(scores).all()
     np.testing.assert_array_equal(best[:, 0], scores.argmax(0))
     assert (tmp_path / "my_store.zarr").is_dir()
+    # then trak_dist.lds's example on that store
+    exec(compile(_docstring_example(trak_dist.lds), "trak_dist.lds docstring", "exec"), scope)
+    assert scope["ev"].run.trained == 20 and 0.1 < scope["lds"] < 1
 
 
 def test_readme_own_model_example_is_the_docstring_one():

@@ -44,6 +44,9 @@ def test_help_lists_the_config_groups(tmp_path):
         ("model.factory=nowhere:make", "model.factory='nowhere:make' could not be imported"),
         ("cluster=ray", "cluster=ray joins a running Ray cluster, but neither cluster.address"),
         ("featurize.gradient_engine=jax", "FeaturizeConfig.gradient_engine='jax'; expected one"),
+        ("lambda_reg=nan", "lambda_reg=nan; expected 'auto' or a finite number ≥ 0"),
+        ("lambda_reg=-1", "lambda_reg=-1.0; expected 'auto' or a finite number ≥ 0"),
+        ("lambda_reg=often", "lambda_reg='often'; expected 'auto' or a finite number ≥ 0"),
     ],
 )
 def test_bad_values_get_one_clear_line_and_exit_2(tmp_path, override, message):

@@ -101,16 +101,7 @@ def test_rademacher_scores_equal_a_dense_projected_solve(setup, tmp_path):
         use_half_precision=False,
         projector_seed=5,
     )
-    s, q = 0, 0
-    for c, st in enumerate(states[:2]):
-        d = sum(v.numel() for v in st.values())
-        proj = rademacher_block(5, c, 0, d, 0, p, dtype=torch.float64)
-        g = autograd_features(model, st, *train) @ proj
-        gt = autograd_features(model, st, *targets) @ proj
-        kinv = torch.linalg.inv(g.T @ g + lam * torch.eye(p, dtype=torch.float64))
-        s = s + g @ (kinv / kinv.abs().mean()) @ gt.T
-        q = q + q_of(model, st, *train)
-    exact = (s / 2 * (q / 2)[:, None]).numpy()
+    exact = projected_reference(model, states[:2], train, targets, p, 5, lambda g: lam)
     np.testing.assert_allclose(ours, exact, rtol=1e-4, atol=1e-5 * np.abs(exact).max())
 
 
@@ -267,3 +258,36 @@ def test_traker_gradient_computers_that_cannot_apply_are_named(setup, tmp_path):
                grad_wrt=["0.weight"], **kw)  # fmt: skip
     with pytest.raises(ConfigError, match="AbstractGradientComputer"):
         TRAKer(task="image_classification", gradient_computer=object, **kw)
+
+
+def projected_reference(model, states, train, targets, p, seed, lam):
+    """DESIGN.md's formula with a dense float64 solve; ``lam(g)`` gives each checkpoint's λ."""
+    s, q = 0, 0
+    for c, st in enumerate(states):
+        d = sum(v.numel() for v in st.values())
+        proj = rademacher_block(seed, c, 0, d, 0, p, dtype=torch.float64)
+        g = autograd_features(model, st, *train) @ proj
+        gt = autograd_features(model, st, *targets) @ proj
+        kinv = torch.linalg.inv(g.T @ g + lam(g) * torch.eye(p, dtype=torch.float64))
+        s = s + g @ (kinv / kinv.abs().mean()) @ gt.T
+        q = q + q_of(model, st, *train)
+    c = len(states)
+    return (s / c * (q / c)[:, None]).numpy()
+
+
+def test_lambda_zero_is_traker_formula_and_auto_is_the_default(setup, tmp_path):
+    """λ=0.0 keeps traker's meaning; no λ means auto: 0.007 × the largest eigenvalue of each
+    checkpoint's XᵀX (here from an SVD of the projected features, independently)."""
+    model, states, train, targets = setup
+    kw = dict(proj_dim=32, use_half_precision=False, projector_seed=3)
+    zero = run(TRAKer, model, states[:2], train, targets, tmp_path / "z", lambda_reg=0.0, **kw)
+    ref = projected_reference(model, states[:2], train, targets, 32, 3, lambda g: 0.0)
+    np.testing.assert_allclose(zero, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+    def top_eig(g):
+        return 0.007 * float(np.linalg.svd(g.numpy(), compute_uv=False)[0] ** 2)
+
+    default = run(TRAKer, model, states[:2], train, targets, tmp_path / "a", **kw)
+    ref = projected_reference(model, states[:2], train, targets, 32, 3, top_eig)
+    np.testing.assert_allclose(default, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    assert np.abs(default - zero).max() > 1e-2 * np.abs(zero).max()  # really another λ

@@ -13,6 +13,7 @@ from trak_dist.errors import (
     TrakerUsageError,
     WorkerFailedError,
 )
+from trak_dist.lds import Evaluation, evaluate
 from trak_dist.projection import ProjectionKind, make_projector
 from trak_dist.store import FeatureSpec, FeatureStore
 from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification
@@ -22,6 +23,7 @@ __all__ = [
     "Attribution",
     "ConfigError",
     "CudaExtUnavailableError",
+    "Evaluation",
     "FeatureSpec",
     "FeatureStore",
     "IllConditionedError",
@@ -37,6 +39,7 @@ __all__ = [
     "TrakerUsageError",
     "WorkerFailedError",
     "__version__",
+    "evaluate",
     "make_projector",
     "run",
 ]

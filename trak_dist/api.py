@@ -13,7 +13,7 @@ Example (runs the bundled digits example; swap in your own factory, files and da
         task="image_classification",
         store="my_store.zarr",
         proj_dim=512,
-        lambda_reg=1e-2,
+        lambda_reg="auto",                    # per checkpoint from XᵀX's spectrum; or a number
     )
     scores = result.scores()                  # [n_train, n_targets]
     best = result.topk()["proponents_idx"]    # [n_targets, k]
@@ -78,7 +78,7 @@ def run(
     task: Any = "image_classification",
     store: str | Path | StoreConfig = "trak_store.zarr",
     proj_dim: int = 512,
-    lambda_reg: float = 0.0,
+    lambda_reg: float | str = "auto",
     exp_name: str = "targets",
     num_workers: int | None = 2,
     address: str | None = None,
@@ -95,7 +95,8 @@ def run(
         task: ``image_classification``, ``text_classification``, ``causal_lm`` or a ModelOutput.
         store: the Zarr store path, or a whole ``StoreConfig`` (path, ``chunk_rows``, codec,
             overwrite); reruns resume from it and new targets reuse its features.
-        proj_dim, lambda_reg: projection width and ridge term.
+        proj_dim, lambda_reg: projection width and ridge term (``"auto"``: per checkpoint
+            from the spectrum of XᵀX; a number: traker's absolute λ, 0 being traker's default).
         exp_name: name of this target set in the store.
         num_workers: worker actors (None: as many as the cluster fits).
         address: a Ray cluster to join (None: start one in-process).

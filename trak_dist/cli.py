@@ -2,8 +2,9 @@
 
 trak-dist                                   # embedded default, local Ray, CPU
 trak-dist cluster=ray                       # inside `ray job submit`
-trak-dist -m proj_dim=512,1024 lambda_reg=0,1e-2   # sweep: one featurisation, one
-                                                   # factorisation per checkpoint
+trak-dist -m proj_dim=512,1024 lambda_reg=auto,1e-2   # sweep: one featurisation, one
+                                                      # factorisation per checkpoint
+trak-dist eval                              # LDS of the stored scores (retrains subsets)
 trak-dist --help                            # groups and options
 trak-dist --version                         # trak_dist's and the store format's versions
 trak-dist build-cuda                        # compile the CUDA kernel for this installation
@@ -170,11 +171,16 @@ class SweepSummary(Callback):
                 )
                 continue
             for v in rep["variants"]:
+                lds = v.get("lds", {})
                 rows.append(
                     {
                         "job": path.parent.name,
                         "proj_dim": v["proj_dim"],
                         "lambda_reg": v["lambda_reg"],
+                        "lambdas": " ".join(f"{x:.3g}" for x in v.get("lambdas", [])),
+                        "lds": lds.get("lds", ""),
+                        "lds_low": lds.get("low", ""),
+                        "lds_high": lds.get("high", ""),
                         "label_agreement": v.get("proponent_label_agreement", ""),
                         "total_s": rep["phases_s"]["total"],
                         "featurised_rows": sum(rep["rows_computed"].values()),
@@ -191,14 +197,33 @@ class SweepSummary(Callback):
             writer.writerows(rows)
         table = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
         table += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
+        table += ["", best_point(rows)]
         (root / "sweep_summary.md").write_text("\n".join(table) + "\n")
         _plot(rows, root / "sweep_summary.png")
         print("\n".join(table))
         print(f"sweep summary: {root / 'sweep_summary.md'}")
 
 
+def best_point(rows: list[dict[str, Any]]) -> str:
+    """One line naming the sweep point with the highest LDS (or saying how to get LDS)."""
+    scored = [r for r in rows if r.get("lds", "") != ""]
+    if not scored:
+        return (
+            "best point: no LDS measured (run `trak-dist eval` once on this store, then the "
+            "sweep again, to rank the points by LDS)."
+        )
+    top = max(scored, key=lambda r: float(r["lds"]))
+    return (
+        f"best point (highest LDS): job {top['job']}, proj_dim={top['proj_dim']} "
+        f"lambda_reg={top['lambda_reg']}: LDS {float(top['lds']):.3f} "
+        f"[{float(top['lds_low']):.3f}, {float(top['lds_high']):.3f}]"
+    )
+
+
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    ok = [r for r in rows if not r.get("error") and r.get("label_agreement") != ""]
+    ok = [r for r in rows if not r.get("error")]
+    metric = "lds" if any(r.get("lds", "") != "" for r in ok) else "label_agreement"
+    ok = [r for r in ok if r.get(metric, "") != ""]
     if not ok:
         return
     try:
@@ -209,14 +234,28 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     except ImportError:
         logger.info("matplotlib is not installed; skipping the sweep plot")
         return
+
+    def x_of(r: dict[str, Any]) -> float:
+        if r["lambda_reg"] == "auto":  # drawn at the mean λ it chose
+            lams = [float(x) for x in str(r.get("lambdas", "")).split()]
+            return sum(lams) / len(lams) if lams else float("nan")
+        return max(float(r["lambda_reg"]), 1e-6)
+
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for p in sorted({r["proj_dim"] for r in ok}):
-        pts = sorted((r["lambda_reg"], r["label_agreement"]) for r in ok if r["proj_dim"] == p)
-        xs = [max(x, 1e-6) for x, _ in pts]
-        ax.plot(xs, [y for _, y in pts], marker="o", label=f"proj_dim={p}")
+    for i, p in enumerate(sorted({r["proj_dim"] for r in ok})):
+        fixed = sorted(
+            (x_of(r), float(r[metric]))
+            for r in ok
+            if r["proj_dim"] == p and r["lambda_reg"] != "auto"
+        )
+        if fixed:
+            ax.plot(*zip(*fixed, strict=True), marker="o", color=f"C{i}", label=f"proj_dim={p}")
+        for r in ok:
+            if r["proj_dim"] == p and r["lambda_reg"] == "auto":
+                ax.plot(x_of(r), float(r[metric]), marker="*", markersize=14, color=f"C{i}")
     ax.set_xscale("log")
-    ax.set_xlabel("lambda_reg (0 drawn at 1e-6)")
-    ax.set_ylabel("top-k proponents with the target's label")
+    ax.set_xlabel("lambda_reg (0 drawn at 1e-6; ★ auto, at its mean λ)")
+    ax.set_ylabel("LDS" if metric == "lds" else "top-k proponents with the target's label")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -228,6 +267,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 # else (overrides, -m, --help).
 SUBCOMMANDS: dict[str, str] = {
     "build-cuda": "trak_dist._build_cuda:main",
+    "eval": "trak_dist.lds._cli:main",
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import ENGINES
 from trak_dist.projection import BACKENDS, ProjectionKind
-from trak_dist.scoring import KINV_SCALINGS
+from trak_dist.scoring import KINV_SCALINGS, parse_lambda
 from trak_dist.store import CODECS
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
@@ -194,12 +194,61 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """``trak-dist eval``: the linear datamodeling score (LDS) of the store's scores.
+
+    Attributes:
+        recipe: ``train(indices, seed, **recipe_kwargs) -> state_dict`` (or its import path):
+            trains ``model.factory``'s model on the train examples ``indices``.
+        recipe_kwargs: keyword arguments of ``recipe``.
+        num_models: subset models M (more: a tighter interval; it may grow on a rerun).
+        alpha: the fraction of the train set each subset model sees.
+        seed: draws the subsets and the recipe's seeds.
+        bootstrap: resamples for the interval (0: none).
+        cpus_per_model, gpus_per_model: Ray resources of one training task.
+        device: where a subset model's target outputs are computed (``auto``: cuda if present).
+        overwrite: discard stored subset models made with other settings.
+        output_dir: where the table and plot go (None: ``outputs/eval/<date>/<time>``).
+    """
+
+    recipe: Any = "trak_dist.examples.digits:train_subset"
+    recipe_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_models: int = 100
+    alpha: float = 0.5
+    seed: int = 0
+    bootstrap: int = 1000
+    cpus_per_model: float = 1.0
+    gpus_per_model: float = 0.0
+    device: str = "auto"
+    overwrite: bool = False
+    output_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive(self, "num_models")
+        _one_of(self, "device", DEVICES)
+        if self.num_models < 3:
+            raise ConfigError(
+                f"EvalConfig.num_models={self.num_models}; a rank correlation needs at least 3 "
+                "subset models (100 is the default)."
+            )
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"EvalConfig.alpha={self.alpha}; expected a fraction in (0, 1).")
+        if self.bootstrap < 0 or self.cpus_per_model < 0 or self.gpus_per_model < 0:
+            raise ConfigError(
+                f"EvalConfig: bootstrap={self.bootstrap}, cpus_per_model={self.cpus_per_model}, "
+                f"gpus_per_model={self.gpus_per_model}; expected values ≥ 0."
+            )
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """A whole trak_dist job. ``proj_dim`` and ``lambda_reg`` are the sweep axes; ``report`` is
-    the file stem of the run report (``.md`` and ``.json``), None for none."""
+    the file stem of the run report (``.md`` and ``.json``), None for none. ``lambda_reg`` is a
+    number ≥ 0 (traker's absolute λ) or ``"auto"`` (per checkpoint from XᵀX's spectrum, see
+    ``trak_dist.scoring.auto_lambda``)."""
 
     proj_dim: int = 512
-    lambda_reg: float = 0.0
+    lambda_reg: Any = "auto"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -208,13 +257,14 @@ class JobConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     progress: bool = True
     report: str | None = "trak_report"
 
     def __post_init__(self) -> None:
         _positive(self, "proj_dim")
-        if self.lambda_reg < 0:
-            raise ConfigError(f"lambda_reg={self.lambda_reg}; expected a value ≥ 0.")
+        # frozen: normalise in place ("auto" or a float) once validated
+        object.__setattr__(self, "lambda_reg", parse_lambda(self.lambda_reg, "lambda_reg"))
         width = self.featurize_dim
         if width < self.proj_dim:
             raise ConfigError(

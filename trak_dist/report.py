@@ -1,4 +1,6 @@
-"""The run report: phase times, where results are, reuse counts, top proponents of a few targets."""
+"""The run report: phase times, where results are, reuse counts, the λ used per checkpoint, how
+often proponents share their target's label, top proponents of a few targets, and the LDS when
+``trak-dist eval`` has stored subset models for the experiment."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import numpy as np
 
 from trak_dist._version import __version__
 from trak_dist.distributed._state import JobResult
+from trak_dist.errors import StoreStateError
+from trak_dist.scoring import AUTO, auto_rule
 from trak_dist.sources import build_dataset
 from trak_dist.store import FeatureStore
 
@@ -24,6 +28,27 @@ def _label(dataset: Any, i: int) -> int | None:
         return int(last) if last is not None and np.ndim(last) == 0 else None
     except (TypeError, ValueError):
         return None
+
+
+def _chance(train: Any, targets: Any, shown: int, sample: int = 5000) -> float:
+    """The agreement random proponents would have: mean over targets of the share of train
+    examples (up to ``sample`` of them, evenly spaced) with the target's label."""
+    rows = np.unique(np.linspace(0, len(train) - 1, num=min(sample, len(train)), dtype=np.int64))
+    labels = np.array([_label(train, i) for i in rows])
+    return float(np.mean([np.mean(labels == _label(targets, t)) for t in range(shown)]))
+
+
+def _lds(store: FeatureStore, exp: str, variant: str) -> dict[str, Any]:
+    """``{"lds": {...}}`` when the store has subset models for ``exp``, else ``{}``."""
+    from trak_dist.lds import store_lds  # scipy: only when there is something to measure
+
+    if store.eval_set(exp) is None:
+        return {}
+    try:
+        (row,) = store_lds(store, exp, [variant])
+    except StoreStateError as e:  # e.g. an eval killed before 3 models finished
+        return {"lds_error": str(e)}
+    return {"lds": row.result.to_json()}
 
 
 def summarize(
@@ -61,9 +86,11 @@ def summarize(
         top = sset.read_topk()
         entry = {
             **{k: v[k] for k in ("variant", "proj_dim", "lambda_reg", "path")},
+            "lambdas": [float(f"{x:.4g}") for x in v.get("lambdas", [])],
             "seconds": round(v["seconds"], 3),
             "examples": [],
         }
+        entry.update(_lds(store, result.exp, v["variant"]))
         for t in range(min(SHOW_TARGETS, result.m)):
             ex: dict[str, Any] = {
                 "target": t,
@@ -83,6 +110,7 @@ def summarize(
                 for i in top["proponents_idx"][t]
             ]
             entry["proponent_label_agreement"] = round(float(np.mean(same)), 4)
+            entry["label_agreement_chance"] = round(_chance(train, targets, shown), 4)
         out["variants"].append(entry)
     return out
 
@@ -104,14 +132,11 @@ def to_markdown(summary: dict[str, Any]) -> str:
         *[f"| {k} | {v:.2f} |" for k, v in summary["phases_s"].items()],
     ]
     for v in summary["variants"]:
-        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", ""]
-        if "proponent_label_agreement" in v:
-            lines.append(
-                f"Top-k proponents sharing their target's label: "
-                f"{100 * v['proponent_label_agreement']:.1f} %"
-            )
-            lines.append("")
+        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", "", *_quality(v), ""]
         lines += [
+            "Example targets and their strongest proponents (the train examples whose presence "
+            "most raises the model's output on the target), as train index (label):",
+            "",
             "| target | label | top proponents (label) | scores |",
             "| --- | --- | --- | --- |",
         ]
@@ -126,6 +151,33 @@ def to_markdown(summary: dict[str, Any]) -> str:
                 f"{', '.join(map(str, ex['proponent_scores']))} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _quality(v: dict[str, Any]) -> list[str]:
+    """The λ used, the LDS (or how to get it) and the label agreement, as Markdown bullets."""
+    per = ", ".join(f"{x:.3g}" for x in v.get("lambdas", []))
+    if v["lambda_reg"] == AUTO:
+        lines = [f"- λ: auto ({auto_rule()}); per checkpoint: {per}"]
+    else:
+        lines = [f"- λ: {v['lambda_reg']} (fixed){'; per checkpoint: ' + per if per else ''}"]
+    if "lds" in v:
+        d = v["lds"]
+        lines.append(
+            f"- LDS (linear datamodeling score: rank correlation between what the scores "
+            f"predict and what {d['models']} retrained subset models output): {d['lds']:.3f}, "
+            f"{100 * d['level']:.0f} % interval [{d['low']:.3f}, {d['high']:.3f}]"
+        )
+    elif "lds_error" in v:
+        lines.append(f"- LDS: not available ({v['lds_error']})")
+    else:
+        lines.append("- LDS: not measured; `trak-dist eval` retrains subset models to measure it")
+    if "proponent_label_agreement" in v:
+        lines.append(
+            f"- Top-k proponents sharing their target's label: "
+            f"{100 * v['proponent_label_agreement']:.1f} % (random train examples: "
+            f"{100 * v['label_agreement_chance']:.1f} %)"
+        )
+    return lines
 
 
 def write(summary: dict[str, Any], stem: str | Path) -> tuple[Path, Path]:

@@ -36,7 +36,7 @@ from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, T
 from trak_dist.gradients import GradientComputer, ParamLayout, kronecker_views
 from trak_dist.gradients import make_computer as engine_computer
 from trak_dist.projection import ProjectionKind, Projector, make_projector
-from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
+from trak_dist.scoring import compute_scores, ensure_factor, parse_lambda, xtx_from_rows
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -53,11 +53,13 @@ logger = logging.getLogger("trak_dist")
 class TRAKer:
     """TRAK scores for a model, its checkpoints, a train set and target sets (traker's API).
 
-    Arguments are traker 0.3.2's; ``gradient_computer`` (ours, or a traker class such as
-    ``trak.gradient_computers.IterativeGradientComputer``), ``projector`` (ours, or any traker
-    ``AbstractProjector``) and ``proj_max_batch_size`` behave as there (the latter is ignored:
-    our kernel takes any batch size). ``saver`` and ``score_computer`` are not supported (the
-    Zarr store replaces them); ``traker.saver`` is a read-only view of the store.
+    Arguments are traker 0.3.2's, except that ``lambda_reg`` defaults to ``"auto"`` (λ per
+    checkpoint from the spectrum of XᵀX; a number keeps traker's meaning, and
+    ``lambda_reg=0.0`` is traker's default); ``gradient_computer`` (ours, or a traker class
+    such as ``trak.gradient_computers.IterativeGradientComputer``), ``projector`` (ours, or any
+    traker ``AbstractProjector``) and ``proj_max_batch_size`` behave as there (the latter is
+    ignored: our kernel takes any batch size). ``saver`` and ``score_computer`` are not
+    supported (the Zarr store replaces them); ``traker.saver`` is a read-only view of the store.
 
     ``load_from_save_dir`` keeps traker's meaning: with False this instance ignores what other
     processes put in ``save_dir`` (``finalize_features()`` / ``finalize_scores()`` without
@@ -98,7 +100,7 @@ class TRAKer:
         proj_max_batch_size: int = 32,
         projector_seed: int = 0,
         grad_wrt: Iterable[str] | None = None,
-        lambda_reg: float = 0.0,
+        lambda_reg: float | str = "auto",
         *,
         overwrite: bool = False,
         micro_batch_size: int | None = None,
@@ -120,7 +122,7 @@ class TRAKer:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.task = resolve_task(task)
-        self.lambda_reg = float(lambda_reg)
+        self.lambda_reg = parse_lambda(lambda_reg)
         self.kinv_scaling = kinv_scaling
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)

@@ -109,6 +109,40 @@ def test_ray_mode_runs_a_cluster_inside_the_allocation(
     assert left.returncode == 1  # nothing of the job's Ray survives it
 
 
+def test_ray_mode_evaluates_inside_the_allocation(slurm, tmp_path, digits_checkpoints, monkeypatch):
+    """`python -m launch.slurm ray --eval`: the LDS's subset models as Ray tasks of the job."""
+    import dataclasses
+
+    from trak_dist.config import EvalConfig
+
+    monkeypatch.chdir(ROOT)
+    for key, value in LOOPBACK_ENV.items():
+        monkeypatch.setenv(key, value)
+    store = tmp_path / "s.zarr"
+    traker_scores(store, digits_checkpoints)  # features and scores p64_lambda0.01
+    cfg = dataclasses.replace(
+        small_job(store, digits_checkpoints),
+        eval=EvalConfig(num_models=6, recipe_kwargs={"epochs": 2}, bootstrap=50),
+    )
+    job = submit_ray(
+        cfg,
+        tmp_path / "jobs",
+        cpus_per_node=2,
+        partition=slurm,
+        port=free_port(),
+        head_ip="127.0.0.1",
+        timeout_min=10,
+        command="eval",
+    )
+    summary = job.result()
+    assert (summary["trained"], summary["reused"]) == (6, 0)
+    (variant,) = summary["variants"]
+    assert variant["variant"] == f"p{P}_lambda{LAMBDA:g}" and variant["models"] == 6
+    assert -1 <= variant["low"] <= variant["lds"] <= variant["high"] <= 1
+    assert FeatureStore.open(store).eval_set("targets").done().all()
+    assert Path(summary["report"]).is_file()
+
+
 def test_hydra_submitit_launcher_sweep_featurises_once(slurm, tmp_path, digits_checkpoints):
     ckpts = ",".join(str(c) for c in digits_checkpoints)
     cmd = [

@@ -50,7 +50,7 @@ def _absolute_store(cfg: JobConfig) -> JobConfig:
 
 def run_job(
     cfg: JobConfig,
-    variants: list[tuple[int, float]] | None = None,
+    variants: list[tuple[int, float | str]] | None = None,
     on_shard: Callable[[ShardResult], None] | None = None,
     keep_alive: bool = False,
 ) -> JobResult:
@@ -59,7 +59,7 @@ def run_job(
 
     Args:
         cfg: the job.
-        variants: (proj_dim, lambda_reg) pairs to score.
+        variants: (proj_dim, lambda_reg) pairs to score (λ a number or ``"auto"``).
         on_shard: called after each finished shard (progress hooks, fault-injection tests).
         keep_alive: leave Ray and the reducer running for the next call in this process
             (sweeps); they stop at interpreter exit.

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import TrakDistError
-from trak_dist.scoring import compute_scores, ensure_factor
+from trak_dist.scoring import LambdaReg, compute_scores, ensure_factor
 from trak_dist.store import FeatureStore
 
 
@@ -83,7 +83,7 @@ class Reducer:
         exp: str,
         model_ids: list[int],
         proj_dim: int,
-        lambda_reg: float,
+        lambda_reg: LambdaReg,
         kinv_scaling: str,
         topk: int,
         train_block: int,
@@ -108,6 +108,7 @@ class Reducer:
             "variant": sset.group.basename,
             "proj_dim": proj_dim,
             "lambda_reg": lambda_reg,
+            "lambdas": list(sset.attrs.get("lambdas", [])),
             "seconds": time.perf_counter() - t0,
             "path": f"{self.store.where}/scores/{exp}/{sset.group.basename}",
         }

@@ -2,11 +2,14 @@
 
 1797 images ship with scikit-learn (no download). The first 1500 are the train set, the other
 297 the targets. Checkpoints are trained from different seeds on first use and cached under
-``$TRAK_DIST_CACHE`` (default ``.trak_cache`` in the working directory).
+``$TRAK_DIST_CACHE`` (default ``.trak_cache`` in the working directory). ``train_subset`` is the
+training recipe ``trak-dist eval`` retrains on random subsets. Besides the default MLP, a CNN and
+a small transformer (``arch="cnn"``, ``"transformer"``) serve the LDS benchmark.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -17,9 +20,23 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from trak_dist.examples._cache import cached_state, example_dir
+from trak_dist.examples._digits_nets import ARCHS, build
+
+__all__ = [
+    "ARCHS",
+    "accuracy",
+    "checkpoints",
+    "labels",
+    "make_model",
+    "target_set",
+    "train_set",
+    "train_subset",
+]
 
 N_TRAIN = 1500
 HIDDEN = 32
+EPOCHS = {"mlp": 15, "cnn": 15, "transformer": 20}
+LR = {"mlp": 1e-2, "cnn": 1e-2, "transformer": 3e-3}
 
 
 def _tensors() -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,32 +58,59 @@ def target_set() -> TensorDataset:
     return TensorDataset(x[N_TRAIN:], y[N_TRAIN:])
 
 
-def make_model(hidden: int = HIDDEN) -> nn.Module:
-    return nn.Sequential(nn.Linear(64, hidden), nn.Tanh(), nn.Linear(hidden, 10))
+def make_model(hidden: int = HIDDEN, arch: str = "mlp") -> nn.Module:
+    """The classifier: ``[B, 64]`` images → ``[B, 10]`` logits; ``arch`` in ``ARCHS``."""
+    return build(arch, hidden)
 
 
-def _train(seed: int, epochs: int, hidden: int) -> dict[str, torch.Tensor]:
+def _seeded_model(seed: int, hidden: int, arch: str) -> nn.Module:
     torch.manual_seed(seed)
-    model = make_model(hidden)
+    return make_model(hidden, arch)
+
+
+def train_subset(
+    indices: Sequence[int] | np.ndarray,
+    seed: int,
+    arch: str = "mlp",
+    hidden: int = HIDDEN,
+    epochs: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """The training recipe: a model trained on train examples ``indices`` from ``seed``.
+
+    Adam, batches of 128, ``epochs`` passes (default per arch: ``EPOCHS``). Deterministic given
+    its arguments (on one thread).
+    """
+    model = _seeded_model(seed, hidden, arch)
     x, y = train_set().tensors
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
+    x, y = x[idx], y[idx]
+    opt = torch.optim.Adam(model.parameters(), lr=LR[arch])
     gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=gen).split(128):
+    for _ in range(EPOCHS[arch] if epochs is None else epochs):
+        for b in torch.randperm(len(x), generator=gen).split(128):
             opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            nn.functional.cross_entropy(model(x[b]), y[b]).backward()
             opt.step()
     return model.state_dict()
 
 
 def checkpoints(
-    num: int = 3, epochs: int = 15, cache_dir: str | None = None, hidden: int = HIDDEN
+    num: int = 3,
+    epochs: int | None = None,
+    cache_dir: str | None = None,
+    hidden: int = HIDDEN,
+    arch: str = "mlp",
 ) -> list[Path]:
-    """Paths of ``num`` trained checkpoints, training (≈1 s each) the ones not cached yet."""
+    """Paths of ``num`` checkpoints trained on the whole train set from seeds 0, 1, …, training
+    (≈1 s each) the ones not cached yet."""
+    _seeded_model(0, hidden, arch)  # a bad arch fails here, before any file is written
+    epochs = EPOCHS[arch] if epochs is None else epochs
     root = example_dir("digits", cache_dir)
+    name = f"mlp{hidden}" if arch == "mlp" else arch
     return [
         cached_state(
-            root / f"mlp{hidden}_seed{seed}_ep{epochs}.pt", partial(_train, seed, epochs, hidden)
+            root / f"{name}_seed{seed}_ep{epochs}.pt",
+            partial(train_subset, np.arange(N_TRAIN), seed, arch, hidden, epochs),
         )
         for seed in range(num)
     ]

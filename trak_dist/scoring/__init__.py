@@ -2,12 +2,28 @@
 
 from trak_dist.scoring._blocks import compute_scores, ensure_factor, xtx_from_rows
 from trak_dist.scoring._factor import KINV_SCALINGS, Factorization, gram
+from trak_dist.scoring._lambda import (
+    AUTO,
+    AUTO_SCALE,
+    LambdaReg,
+    auto_lambda,
+    auto_rule,
+    lambda_label,
+    parse_lambda,
+)
 
 __all__ = [
+    "AUTO",
+    "AUTO_SCALE",
     "KINV_SCALINGS",
     "Factorization",
+    "LambdaReg",
+    "auto_lambda",
+    "auto_rule",
     "compute_scores",
     "ensure_factor",
     "gram",
+    "lambda_label",
+    "parse_lambda",
     "xtx_from_rows",
 ]

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from trak_dist.errors import StoreStateError
 from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
 from trak_dist.store._zarr import array
 
@@ -68,7 +69,7 @@ def compute_scores(
     exp: str,
     model_ids: Sequence[int],
     proj_dim: int | None = None,
-    lambda_reg: float = 0.0,
+    lambda_reg: LambdaReg = AUTO,
     kinv_scaling: str = "mean_abs",
     topk: int = 10,
     train_block: int = 4096,
@@ -78,6 +79,10 @@ def compute_scores(
     progress: bool = False,
 ) -> ScoreSet:
     """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
+
+    ``lambda_reg`` is a number (the same λ for every checkpoint) or ``"auto"`` (each
+    checkpoint's own, from its spectrum); the λ used per checkpoint is recorded in the score
+    set's ``lambdas`` attribute.
 
     Returns:
         The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``.
@@ -99,20 +104,24 @@ def compute_scores(
         if not ts.is_complete():
             raise StoreStateError(f"model_id={c}: targets of {exp!r} are not all featurised.")
 
+    lambda_reg = parse_lambda(lambda_reg)
     name = variant_name(p, lambda_reg, kinv_scaling)
     attrs = {
         "proj_dim": p,
         "lambda_reg": lambda_reg,
+        "lambda_rule": auto_rule() if lambda_reg == AUTO else "fixed",
         "kinv_scaling": kinv_scaling,
         "model_ids": ids,
     }
     sset = store.create_scores(exp, name, n, m, topk, attrs)
     tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
     ys = sset.group.require_group("Y")
+    lambdas = []
     for c, ts in zip(ids, target_sets, strict=True):
+        factor = ensure_factor(store, c, p, device)
+        lambdas.append(factor.resolve_lambda(lambda_reg))
         kinv = torch.as_tensor(
-            ensure_factor(store, c, p, device).kinv(lambda_reg, kinv_scaling, f"model_id={c}"),
-            device=device,
+            factor.kinv(lambdas[-1], kinv_scaling, f"model_id={c}"), device=device
         )
         y = ys.create_array(
             str(c),
@@ -126,6 +135,7 @@ def compute_scores(
             xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
             y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
         del kinv
+    sset.group.attrs["lambdas"] = lambdas
 
     k = min(topk, n)
     bar = tqdm(

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, IllConditionedError
+from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_lambda
 
 logger = logging.getLogger(__name__)
 KINV_SCALINGS = ("mean_abs", "none")
@@ -42,6 +43,12 @@ class Factorization:
     def proj_dim(self) -> int:
         return int(self.eigenvalues.shape[0])
 
+    def resolve_lambda(self, lambda_reg: LambdaReg) -> float:
+        """The λ to use: ``lambda_reg`` itself, or the ``auto`` rule on these eigenvalues."""
+        if lambda_reg == AUTO:
+            return auto_lambda(self.eigenvalues)
+        return float(lambda_reg)
+
     def kinv(self, lambda_reg: float, scaling: str = "mean_abs", context: str = "") -> np.ndarray:
         """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs``
         (traker 0.3.2 does so before casting to float16).
@@ -49,8 +56,8 @@ class Factorization:
         Raises:
             IllConditionedError: XᵀX + λI is singular to float64 precision.
         """
-        if lambda_reg < 0:
-            raise ConfigError(f"lambda_reg={lambda_reg}; expected a value ≥ 0.")
+        if not np.isfinite(lambda_reg) or lambda_reg < 0:
+            raise ConfigError(f"lambda_reg={lambda_reg}; expected a finite value ≥ 0.")
         if scaling not in KINV_SCALINGS:
             raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
         self.check_conditioning(lambda_reg, context)
@@ -73,12 +80,11 @@ class Factorization:
                 f" With n={n} train examples and proj_dim={p}, XᵀX has rank ≤ {min(n, p)}"
                 f"{' < proj_dim' if n < p else ''}."
             )
-            suggestion = max(top, 1.0) * 1e-6
             raise IllConditionedError(
                 f"XᵀX + λI is singular{where}: smallest eigenvalue {low:.3g}, largest {top:.3g}, "
-                f"λ={lambda_reg:g}.{rank_hint} Scores would be noise. Set lambda_reg > 0 "
-                f"(e.g. {suggestion:.2g}, 1e-6 × the largest eigenvalue) or use a proj_dim "
-                f"below n."
+                f"λ={lambda_reg:g}.{rank_hint} Scores would be noise. Use lambda_reg=auto (here "
+                f"λ={auto_lambda(self.eigenvalues):.3g}, scaled to this spectrum) or a "
+                "larger lambda_reg."
             )
         cond = top / low
         if cond > WARN_CONDITION:

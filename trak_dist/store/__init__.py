@@ -1,6 +1,7 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
+from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
@@ -17,6 +18,7 @@ __all__ = [
     "CODECS",
     "DEFAULT_CODEC",
     "FORMAT_VERSION",
+    "EvalSet",
     "FeatureSpec",
     "FeatureStore",
     "RowSet",
@@ -25,5 +27,6 @@ __all__ = [
     "dataset_fingerprint",
     "file_fingerprint",
     "store_lock",
+    "subset_mask",
     "variant_name",
 ]

@@ -13,9 +13,11 @@ from trak_dist.store._zarr import array, attr_int
 TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
 
 
-def variant_name(proj_dim: int, lambda_reg: float, kinv_scaling: str = "mean_abs") -> str:
-    """``p512_lambda0.01``: the key of a scoring variant (``_rawkinv`` appended without scaling)."""
-    name = f"p{proj_dim}_lambda{lambda_reg:g}"
+def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "mean_abs") -> str:
+    """``p512_lambda0.01`` or ``p512_lambdaauto``: the key of a scoring variant (``_rawkinv``
+    appended without scaling)."""
+    lam = lambda_reg if isinstance(lambda_reg, str) else f"{lambda_reg:g}"
+    name = f"p{proj_dim}_lambda{lam}"
     return name if kinv_scaling == "mean_abs" else f"{name}_rawkinv"
 
 
@@ -64,6 +66,11 @@ class ScoreSet:
                 fill_value=0,
             )
         return cls(group)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """What defines the variant: proj_dim, lambda_reg, lambdas (per checkpoint), …"""
+        return dict(self.group.attrs)
 
     @property
     def complete(self) -> bool:

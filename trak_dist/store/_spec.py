@@ -14,7 +14,9 @@ import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
 
-# 2: row sets may hold ``staged/<writer>/`` shadows of rows not yet folded into X (_rows.py)
+# 2: row sets may hold ``staged/<writer>/`` shadows of rows not yet folded into X (_rows.py);
+#    score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
+#    named ``p<k>_lambdaauto``; an ``eval/<exp>`` group holds the LDS's subset models (EvalSet).
 FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 

@@ -9,6 +9,7 @@ Layout (one Zarr v3 group)::
     targets/<exp>/<model_id>/     RowSet X [m, p], done
     <row set>/staged/<writer>/    rows staged by one writer until their chunk is whole (_rows.py)
     scores/<exp>/<variant>/       see ``ScoreSet``
+    eval/<exp>/                   see ``EvalSet`` (LDS ground truth, written by trak-dist eval)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import zarr
 
 from trak_dist.errors import StoreMismatchError, StoreStateError
 from trak_dist.store._codecs import DEFAULT_CODEC, compressors
+from trak_dist.store._eval import EvalSet
 from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet
@@ -217,6 +219,30 @@ class FeatureStore:
     def score_set(self, exp: str, variant: str) -> ScoreSet | None:
         path = f"scores/{exp}/{variant}"
         return ScoreSet(group(self.root, path)) if path in self.root else None
+
+    def score_variants(self, exp: str) -> list[str]:
+        """Names of the completed score sets of ``exp``."""
+        path = f"scores/{exp}"
+        if path not in self.root:
+            return []
+        names = sorted(group(self.root, path).group_keys())
+        return [v for v in names if (s := self.score_set(exp, v)) is not None and s.complete]
+
+    # ---- LDS ground truth -------------------------------------------------------------------
+    def ensure_eval(self, exp: str, settings: dict[str, Any], overwrite: bool = False) -> EvalSet:
+        """The subset models' store of ``exp`` (see ``EvalSet.ensure``)."""
+        parent = self.root.require_group("eval")
+        if overwrite and exp in parent:
+            logger.warning("discarding the LDS ground truth eval/%s in %s", exp, self.where)
+            del parent[exp]
+        return EvalSet.ensure(parent, exp, settings)
+
+    def eval_set(self, exp: str) -> EvalSet | None:
+        """The subset models of ``exp``, if ``trak-dist eval`` has started on it."""
+        path = f"eval/{exp}"
+        if path not in self.root or "num_targets" not in group(self.root, path).attrs:
+            return None
+        return EvalSet(group(self.root, path))
 
     @staticmethod
     def _put(node: zarr.Group, name: str, value: np.ndarray, **kw: Any) -> None:

@@ -1,0 +1,144 @@
+"""trak_dist.evaluate's parts: subset training, the LDS of stored scores, resuming on Ray."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from trak_dist import TRAKer
+from trak_dist.config import ClusterConfig, EvalConfig, JobConfig, StoreConfig
+from trak_dist.errors import ConfigError
+from trak_dist.examples import digits
+from trak_dist.lds import store_lds
+from trak_dist.lds._retrain import SubsetTrainer
+from trak_dist.store import FeatureStore
+
+QUICK = {"epochs": 2}  # recipe_kwargs: subset models in a fraction of a second
+
+
+def numpy_margins(state: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log p/(1−p) of the label for the digits MLP, in float64 numpy (no torch, no vmap)."""
+    w1, b1, w2, b2 = (
+        state[k].double().numpy() for k in ("0.weight", "0.bias", "2.weight", "2.bias")
+    )
+    logits = np.tanh(x @ w1.T + b1) @ w2.T + b2
+    rows = np.arange(len(y))
+    correct = logits[rows, y]
+    others = logits.copy()
+    others[rows, y] = -np.inf
+    top = others.max(1, keepdims=True)
+    return correct - (top[:, 0] + np.log(np.exp(others - top).sum(1)))
+
+
+def job(store, **ev) -> JobConfig:
+    return JobConfig(
+        store=StoreConfig(path=str(store)),
+        eval=EvalConfig(**{"num_models": 6, "recipe_kwargs": QUICK, "bootstrap": 50, **ev}),
+        cluster=ClusterConfig(num_workers=2),
+        progress=False,
+    )
+
+
+def test_subset_margins_are_the_recipes_model_outputs(tmp_path):
+    trainer = SubsetTrainer(job(tmp_path / "s.zarr"))
+    idx = np.arange(0, 1500, 3)
+    got = trainer.margins(idx, seed=11)
+    state = digits.train_subset(idx, 11, **QUICK)  # deterministic: the same model again
+    x, y = digits.target_set().tensors
+    np.testing.assert_allclose(got, numpy_margins(state, x.double().numpy(), y.numpy()), atol=1e-4)
+
+
+def test_a_recipe_that_does_not_fit_the_model_is_one_clear_error(tmp_path):
+    cnn = job(tmp_path / "s.zarr", recipe_kwargs={**QUICK, "arch": "cnn"})
+    with pytest.raises(ConfigError, match=r"does not fit model\.factory"):
+        SubsetTrainer(cnn).margins(np.arange(10), 0)
+    bad = job(tmp_path / "s.zarr", recipe="trak_dist.examples.digits:train_set")
+    with pytest.raises(ConfigError, match=r"called as recipe\(indices, seed"):
+        SubsetTrainer(bad).margins(np.arange(10), 0)
+    odd = job(tmp_path / "s.zarr", recipe=lambda indices, seed: [1, 2], recipe_kwargs={})
+    with pytest.raises(ConfigError, match="must return the trained model's state_dict"):
+        SubsetTrainer(odd).margins(np.arange(10), 0)
+
+
+def test_the_example_recipe_with_another_model_is_refused_before_training(tmp_path):
+    import dataclasses
+
+    from trak_dist.config import ModelConfig
+    from trak_dist.distributed.eval_driver import run_eval
+
+    cfg = job(tmp_path / "s.zarr")
+    cfg = dataclasses.replace(cfg, model=ModelConfig(factory="pkg.mod:make", checkpoints=[]))
+    with pytest.raises(ConfigError, match=r"set eval\.recipe=pkg\.module:train"):
+        run_eval(cfg)
+
+
+@pytest.fixture(scope="module")
+def digits_store(tmp_path_factory, digits_checkpoints):
+    """The digits example featurised at p=64 by TRAKer and scored at λ=auto and λ=1."""
+    path = tmp_path_factory.mktemp("lds") / "store.zarr"
+    train, targets = digits.train_set(), digits.target_set()
+    states = [torch.load(c, weights_only=True) for c in digits_checkpoints]
+    for lam in ("auto", 1.0):
+        t = TRAKer(
+            model=digits.make_model(),
+            task="image_classification",
+            train_set_size=len(train),
+            save_dir=path,
+            device="cpu",
+            proj_dim=64,
+            lambda_reg=lam,
+            logging_level=logging.ERROR,
+        )
+        for i, st in enumerate(states):
+            t.load_checkpoint(st, model_id=i)
+            t.featurize(train.tensors, num_samples=len(train))
+        t.finalize_features()
+        for i, st in enumerate(states):
+            t.start_scoring_checkpoint("targets", st, model_id=i, num_targets=len(targets))
+            t.score(targets.tensors, num_samples=len(targets))
+        t.finalize_scores("targets")
+    return path
+
+
+@pytest.mark.ray
+def test_a_stopped_eval_resumes_and_the_lds_matches_scipy(ray_session, digits_store, tmp_path):
+    import shutil
+
+    from trak_dist.distributed.eval_driver import run_eval
+
+    store_path = tmp_path / "store.zarr"
+    shutil.copytree(digits_store, store_path)
+    cfg = job(store_path)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_three(j):
+        if sum(FeatureStore.open(store_path).eval_set("targets").done()) == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_eval(cfg, on_model=stop_after_three)
+    ev = FeatureStore.open(store_path).eval_set("targets")
+    first = ev.done().copy()
+    kept = np.asarray(ev.margins[:])[first]
+    assert first.sum() == 3
+    again = run_eval(cfg)
+    assert (again.trained, again.reused) == (3, 3)
+    store = FeatureStore.open(store_path)
+    ev = store.eval_set("targets")
+    assert ev.done().all()
+    np.testing.assert_array_equal(np.asarray(ev.margins[:])[first], kept)  # not retrained
+
+    rows = {r.variant: r for r in store_lds(store, "targets", bootstrap=0)}
+    assert set(rows) == {"p64_lambdaauto", "p64_lambda1"}
+    masks, margins = ev.finished()
+    for name, row in rows.items():
+        s = store.score_set("targets", name).scores().astype(np.float64)
+        pred = np.array([[s[masks[j], t].sum() for t in range(s.shape[1])] for j in range(6)])
+        rho = [spearmanr(pred[:, t], margins[:, t]).statistic for t in range(s.shape[1])]
+        assert row.result.lds == pytest.approx(np.nanmean(rho), abs=1e-9)
+        assert row.result.models == 6
+    assert len(rows["p64_lambdaauto"].lambdas) == 2

@@ -1,0 +1,93 @@
+"""The LDS of the score sets in a store, against its stored subset models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trak_dist.errors import StoreStateError
+from trak_dist.lds._metric import LDSResult, lds, predictions
+from trak_dist.store import FeatureStore, ScoreSet
+
+
+@dataclass(frozen=True)
+class VariantLDS:
+    """One score variant's LDS, with what defines the variant."""
+
+    variant: str
+    proj_dim: int
+    lambda_reg: float | str
+    lambdas: list[float]
+    result: LDSResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "proj_dim": self.proj_dim,
+            "lambda_reg": self.lambda_reg,
+            "lambdas": [float(f"{x:.4g}") for x in self.lambdas],
+            **self.result.to_json(),
+        }
+
+
+def score_predictions(sset: ScoreSet, masks: np.ndarray, block: int = 4096) -> np.ndarray:
+    """``[M, m]`` Σ_{i ∈ S_j} τ_it, reading S ``[n, m]`` ``block`` train rows at a time (memory:
+    one block of S and the ``[M, m]`` result)."""
+    n = sset.S.shape[0]
+    if masks.shape[1] != n:
+        raise StoreStateError(
+            f"the subset masks cover {masks.shape[1]} train examples; the scores {n}."
+        )
+    out = np.zeros((masks.shape[0], sset.S.shape[1]))
+    for r0 in range(0, n, block):
+        r1 = min(n, r0 + block)
+        out += predictions(masks[:, r0:r1], np.asarray(sset.S[r0:r1]))
+    return out
+
+
+def store_lds(
+    store: FeatureStore,
+    exp: str,
+    variants: list[str] | None = None,
+    num_models: int | None = None,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> list[VariantLDS]:
+    """The LDS of each completed score set of ``exp`` (or of ``variants``), from the subset
+    models stored under ``eval/<exp>`` (the first ``num_models``, those that are done).
+
+    Raises:
+        StoreStateError: no subset models are stored, or fewer than 3 are done.
+    """
+    ev = store.eval_set(exp)
+    if ev is None:
+        raise StoreStateError(
+            f"the store at {store.where} holds no subset models for {exp!r}; run "
+            "`trak-dist eval` (or trak_dist.evaluate) first."
+        )
+    masks, margins = ev.finished(num_models)
+    if masks.shape[0] < 3:
+        raise StoreStateError(
+            f"only {masks.shape[0]} subset models of {exp!r} are stored; the LDS needs at least "
+            "3. Rerun `trak-dist eval` to train the rest."
+        )
+    out = []
+    for name in store.score_variants(exp) if variants is None else variants:
+        sset = store.score_set(exp, name)
+        if sset is None or not sset.complete:
+            raise StoreStateError(f"no completed scores {exp}/{name} in {store.where}.")
+        attrs = sset.attrs
+        pred = score_predictions(sset, masks)
+        lam = attrs.get("lambda_reg", float("nan"))
+        out.append(
+            VariantLDS(
+                variant=name,
+                proj_dim=int(attrs.get("proj_dim", 0)),
+                lambda_reg=lam if isinstance(lam, str) else float(lam),
+                lambdas=[float(x) for x in attrs.get("lambdas", [])],
+                result=lds(pred, margins.astype(np.float64), bootstrap, seed=seed),
+            )
+        )
+    return out
