@@ -12,8 +12,8 @@ micro-batch also runs its sum check); the median is reported:
 - ``hooks + kronecker``, ``hooks + dense``, ``vmap + dense``: ``Featurizer.featurize`` (X and Q)
   with the ``causal_lm`` task (the sum of next-token margins; the hook engine takes Q from the
   same forward pass, vmap runs one more), proj_dim ``--proj-dim``; dense = the torch
-  Rademacher projector, which regenerates P every micro-batch once d·p·4 bytes exceed its
-  512 MiB cache;
+  Rademacher projector, whose P is generated once into a 512 MiB cache at one bit per entry
+  and regenerated every micro-batch beyond it (d·p > 4.3·10⁹);
 - ``hooks + kronecker, Q apart``: the same X, with Q from a forward pass of its own (as for a
   task without ``get_outputs_and_q``).
 
@@ -155,7 +155,9 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
                 fn(data)
                 times[name].append((time.perf_counter() - t0) / b)
             peaks[name] = max(peaks[name], rss.above_start)
-        print(f"  {size}: round {r + 1} done", flush=True)
+        # each round's s/row, to see the noise of a shared machine behind the medians
+        done = ", ".join(f"{k} {v[r]:.3g}" for k, v in times.items() if len(v) > r)
+        print(f"  {size}: round {r + 1} s/row: {done}", flush=True)
     base = statistics.median(times["train step"])
     assert isinstance(kron.projector, KroneckerProjector)
     factors = sum(a.numel() + c.numel() for a, c in kron.projector._factors.values()) * 4 / MB
@@ -164,8 +166,8 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
         if not times[name]:
             minutes = d * p / rate / 60
             note = (
-                f"not run: P is regenerated every micro-batch, d·p = {d * p:.2g} hashes "
-                f"≈ {minutes:.0f} min"
+                f"not run: d·p = {d * p:.2g} entries, over the packed P cache's 512 MiB: "
+                f"regenerated every micro-batch ≈ {minutes:.0f} min"
             )
             rows.append([size, d, name, "-", "-", "-", "-", note])
             continue
