@@ -57,14 +57,28 @@ class Featurizer:
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
-        out = []
+        pieces = micro_batches(batch, self.micro_batch)
+        return torch.cat([self._micro_batch(mb, model_id, with_q=False)[0] for mb in pieces])
+
+    def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
+        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
+        xs, qs = [], []
         for mb in micro_batches(batch, self.micro_batch):
-            if isinstance(self.computer, HookGradientComputer):
-                x = self._project_streamed(mb, model_id)
-            else:
-                x = self._project_dense(mb, model_id)
-            out.append((x / self.normalize_factor.to(x.device)).cpu())
-        return torch.cat(out)
+            x, q = self._micro_batch(mb, model_id, with_q=True)
+            xs.append(x)
+            qs.append(self.computer.out_to_loss(mb).cpu() if q is None else q)
+        return torch.cat(xs), torch.cat(qs)
+
+    def _micro_batch(self, mb: Batch, model_id: int, with_q: bool) -> tuple[Tensor, Tensor | None]:
+        """The scaled projection of one micro-batch (CPU) and, where the hook engine's task
+        gives it from the same forward pass (``with_q``), its Q (CPU); else None."""
+        q = None
+        if isinstance(self.computer, HookGradientComputer):
+            x, q = self._project_streamed(mb, model_id, with_q)
+        else:
+            x = self._project_dense(mb, model_id)
+        x = (x / self.normalize_factor.to(x.device)).cpu()
+        return x, None if q is None else q.cpu()
 
     def _project_dense(self, mb: Batch, model_id: int) -> Tensor:
         grads = self.computer.per_sample_grads(mb)
@@ -74,7 +88,9 @@ class Featurizer:
         ]
         return self.projector.project(blocks, model_id)
 
-    def _project_streamed(self, mb: Batch, model_id: int) -> Tensor:
+    def _project_streamed(
+        self, mb: Batch, model_id: int, with_q: bool
+    ) -> tuple[Tensor, Tensor | None]:
         """Module by module, as the hook engine's backward pass reaches them: each module's
         blocks are projected and added, so no more than one module's per-sample gradients
         exist at a time (the projection is linear, and a tied weight's uses simply add)."""
@@ -94,17 +110,11 @@ class Featurizer:
             else:
                 acc.append(x)
 
-        self.computer.stream(mb, sink)
+        q = self.computer.stream(mb, sink, with_q)
         if acc:
-            return acc[0]
-        return torch.zeros(batch_size(mb), self.projector.proj_dim)  # no output depends on θ
-
-    def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
-        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
-        x = self.project(batch, model_id)
-        pieces = micro_batches(batch, self.micro_batch)
-        q = torch.cat([self.computer.out_to_loss(mb).cpu() for mb in pieces])
-        return x, q
+            return acc[0], q
+        # no output depends on θ
+        return torch.zeros(batch_size(mb), self.projector.proj_dim), q
 
 
 def build_featurizer(
