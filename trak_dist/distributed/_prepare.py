@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch.nn import Module
-
 import numpy as np
+from torch.nn import Module
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardTask, auto_shard_rows, shard_plan
