@@ -13,8 +13,9 @@ engine), in one invocation, through the product's own paths on one local Ray:
 2. ``trak_dist.evaluate`` trains ``--models`` subset models (α = 0.5) on the dense store. They
    depend on the train set and the recipe, not on the projection, so the Kronecker store's
    scores are measured against the *same* models: the comparison is side by side.
-3. ``compute_scores`` scores both stores at the small p (< n) and the large p (≥ n), and the
-   Kronecker store also at 2p, each at λ = auto and the grid of ``benchmarks.lds``.
+3. ``compute_scores`` scores both stores at the small p (< n) and the large p (≥ n), each at
+   λ = auto and the grid of ``benchmarks.lds``, and the Kronecker store at 2p at λ = auto
+   (``--grid-2p``: the grid too; at 2p = 4096 that is ~10 more minutes of XᵀX inverses here).
 4. Featurisation time: the train set through one checkpoint in this process (hook engine, one
    torch thread), each projector warmed up once, then ``--rounds`` rounds interleaved; median.
 
@@ -27,6 +28,7 @@ under ``--out``: a rerun reuses the checkpoints, stores, scores and subset model
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import statistics
@@ -48,6 +50,7 @@ from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer, resolve_engine
 from trak_dist.lds import LDSResult, lds, score_predictions, spearman
 from trak_dist.lds._metric import _weighted_spearman  # the estimator behind lds()'s interval
+from trak_dist.scoring import compute_scores
 from trak_dist.store import FeatureStore, variant_name
 from trak_dist.tasks import resolve_task
 
@@ -158,13 +161,14 @@ def paired_difference(
 
 @dataclass
 class Picks:
-    """At one p: λ = auto's and the grid's best λ's predictions ``[M, m]`` and LDS."""
+    """At one p: λ = auto's and the grid's best λ's predictions ``[M, m]`` and LDS (None where
+    only auto was scored)."""
 
     auto: np.ndarray
-    best: np.ndarray
-    best_lam: float
     auto_lds: LDSResult
-    best_lds: LDSResult
+    best: np.ndarray | None = None
+    best_lam: float | None = None
+    best_lds: LDSResult | None = None
 
 
 def picks(store: FeatureStore, p: int, lams: list, masks: np.ndarray, actual: np.ndarray) -> Picks:
@@ -175,11 +179,13 @@ def picks(store: FeatureStore, p: int, lams: list, masks: np.ndarray, actual: np
         sset = store.score_set(EXP, variant_name(p, lam))
         assert sset is not None and sset.complete  # score_variants wrote it
         preds[lam] = score_predictions(sset, masks)
+    auto = Picks(preds["auto"], lds(preds["auto"], actual, BOOTSTRAP, seed=SEED))
     fixed = [lam for lam in lams if lam != "auto"]
+    if not fixed:
+        return auto
     top = max(fixed, key=lambda lam: point(preds[lam], actual))
-    auto, best = preds["auto"], preds[top]
-    res = [lds(x, actual, BOOTSTRAP, seed=SEED) for x in (auto, best)]
-    return Picks(auto, best, float(top), res[0], res[1])
+    best = lds(preds[top], actual, BOOTSTRAP, seed=SEED)
+    return dataclasses.replace(auto, best=preds[top], best_lam=float(top), best_lds=best)
 
 
 def interval(r: LDSResult) -> str:
@@ -187,6 +193,8 @@ def interval(r: LDSResult) -> str:
 
 
 def diff(base: Picks, other: Picks, actual: np.ndarray, which: str) -> str:
+    if getattr(other, which) is None:
+        return "-"
     d, lo, hi = paired_difference(getattr(base, which), getattr(other, which), actual)
     return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
@@ -220,7 +228,14 @@ def bench(net: str, root: Path, args: argparse.Namespace) -> list[list]:
     t2 = time.perf_counter()
     stores = {k: FeatureStore.open(p) for k, p in paths.items()}
     dims = {"rademacher": (small, large), "kronecker": (small, 2 * small, large, 2 * large)}
-    lams = {k: dense_bench.score_variants(s, args.checkpoints, dims[k]) for k, s in stores.items()}
+    grid = {"rademacher": dims["rademacher"], "kronecker": dims["kronecker"]}
+    if not args.grid_2p:
+        grid["kronecker"] = (small, large)
+    lams = {k: dense_bench.score_variants(s, args.checkpoints, grid[k]) for k, s in stores.items()}
+    for q in set(dims["kronecker"]) - set(grid["kronecker"]):
+        lams["kronecker"][q] = ["auto"]  # run() scored the largest p; prefixes here
+        if variant_name(q, "auto") not in stores["kronecker"].score_variants(EXP):
+            compute_scores(stores["kronecker"], EXP, list(range(args.checkpoints)), q, "auto")
     eval_set = stores["rademacher"].eval_set(EXP)
     assert eval_set is not None  # evaluate() wrote it
     masks, margins = eval_set.finished(args.models)
@@ -246,8 +261,11 @@ def bench(net: str, root: Path, args: argparse.Namespace) -> list[list]:
             r = got[kind, q]
             cells = [spec.label, d, n, engine, f"{p} ({'<' if p < n else '≥'} n)"]
             name = "dense" if kind == "rademacher" else ("Kronecker" if q == p else "Kronecker 2p")
-            cells += [f"{name} ({q})", interval(r.auto_lds), f"{r.best_lam:g}"]
-            cells.append(interval(r.best_lds))
+            cells += [f"{name} ({q})", interval(r.auto_lds)]
+            if r.best_lds is None:
+                cells += ["-", "not scored"]
+            else:
+                cells += [f"{r.best_lam:g}", interval(r.best_lds)]
             if kind == "rademacher":
                 cells += ["", ""]
             else:
@@ -271,6 +289,7 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="featurisation timing rounds")
+    parser.add_argument("--grid-2p", action="store_true", help="the λ grid at 2p too")
     parser.add_argument("--out", type=Path, default=Path(".lds_bench"))
     args = parser.parse_args()
     logging.getLogger("trak_dist").setLevel(logging.ERROR)  # λ = 0 warns of its conditioning
