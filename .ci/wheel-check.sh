@@ -90,7 +90,7 @@ python - <<EOF
 import json
 r = json.load(open("job/trak_report.json"))
 assert r["rows_computed"] == {"train": 3 * 1500, "target": 3 * 297}, r["rows_computed"]
-assert r["trak_dist_version"] == "$want" and r["store_format_version"] == 1, r
+assert r["trak_dist_version"] == "$want" and r["store_format_version"] == $fmt, r
 assert r["variants"][0]["proponent_label_agreement"] > 0.2, r["variants"]  # chance: 0.1
 print("report:", {k: r[k] for k in ("n", "m", "checkpoints", "trak_dist_version")})
 EOF

@@ -29,6 +29,8 @@ from traker_jobs import train_states as _train_states
 
 from trak_dist import TRAKer
 from trak_dist.gradients import GradientComputer
+from trak_dist.store import FeatureStore, row_hashes
+from trak_dist.store._verify import verify
 
 JOBS = Path(__file__).parent / "traker_jobs.py"
 
@@ -185,6 +187,9 @@ def test_shards_across_processes_with_unaligned_boundaries(states, ckpt_dir, tmp
     from trak import TRAKer as Traker
 
     run_jobs("shard", 3, tmp_path / "ours", ckpt_dir)
+    # what the processes left (rows committed or staged, not all folded yet) checks clean
+    report = verify(tmp_path / "ours")
+    assert report.problems == [] and report.chunks_checked > 0
     gather = TRAKer(
         model=make_model(), task="image_classification", train_set_size=N,
         save_dir=str(tmp_path / "ours"), chunk_rows=64, **noop_kwargs(),
@@ -192,6 +197,17 @@ def test_shards_across_processes_with_unaligned_boundaries(states, ckpt_dir, tmp
     ours = np.asarray(gather.finalize_scores(exp_name="exp"), dtype=np.float64)
 
     (x, y), (xt, yt) = digits()
+    # every row folded into X with the hash of its own item, and the store checks clean
+    store = FeatureStore.open(tmp_path / "ours", mode="r")
+    for model_id in range(len(states)):
+        for rows, items in (
+            (store.train_rows(model_id), (x, y)),
+            (store.target_rows("exp", model_id), (xt, yt)),
+        ):
+            assert rows.is_complete() and "staged" not in rows.group
+            got = rows.read_hashes(slice(0, rows.n), checked=True)
+            np.testing.assert_array_equal(got, row_hashes(list(items)))
+    assert verify(tmp_path / "ours").problems == []
 
     def ref_traker():
         return Traker(

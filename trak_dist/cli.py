@@ -8,6 +8,7 @@ trak-dist eval                              # LDS of the stored scores (retrains
 trak-dist --help                            # groups and options
 trak-dist --version                         # trak_dist's and the store format's versions
 trak-dist build-cuda                        # compile the CUDA kernel for this installation
+trak-dist store verify|repair PATH          # check a store's chunks; recompute what is damaged
 """
 
 from __future__ import annotations
@@ -268,6 +269,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 SUBCOMMANDS: dict[str, str] = {
     "build-cuda": "trak_dist._build_cuda:main",
     "eval": "trak_dist.lds._cli:main",
+    "store": "trak_dist.store._cli:main",
 }
 
 

@@ -59,8 +59,9 @@ class DataConfig:
     batched with ``default_collate``.
 
     Attributes:
-        train_fingerprint: identifies the train set in the store; computed from its items when
-            None (see ``dataset_fingerprint``).
+        train_fingerprint: identifies the train set in the store; when None it is computed
+            from every item, read once per run (see ``dataset_fingerprint``). Given, it is
+            trusted, and rows are still checked against their stored hashes when reused.
     """
 
     train: Any = "trak_dist.examples.digits:train_set"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class TrakDistError(Exception):
     """Base class of every error trak_dist raises on purpose."""
@@ -25,6 +27,20 @@ class TrakerUsageError(TrakDistError, AssertionError):
     Also an ``AssertionError``: traker 0.3.2 asserts in these places, and code written for it
     catches ``AssertionError``.
     """
+
+
+class StoreDamagedError(StoreStateError):
+    """Stored chunks fail their checksum, are missing though committed (or staged), or hold
+    non-finite values; ``damage`` lists them. ``trak-dist store repair`` un-commits them (or
+    drops the writer's staged rows they belong to)."""
+
+    def __init__(self, message: str, damage: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.damage = list(damage)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # crosses process boundaries (Ray actors) with its damage list
+        return (type(self), (str(self), self.damage))
 
 
 class IllConditionedError(TrakDistError, ArithmeticError):

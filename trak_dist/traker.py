@@ -41,10 +41,13 @@ from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
     FeatureStore,
+    RowSet,
     checkpoint_fingerprint,
+    row_hashes,
     store_lock,
     variant_name,
 )
+from trak_dist.store._hashes import check_unchanged
 from trak_dist.tasks import describe, resolve_task
 
 logger = logging.getLogger("trak_dist")
@@ -77,7 +80,9 @@ class TRAKer:
             ``gradient_computer`` class is given (a given class is used as it is).
         projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
-        dataset_fingerprint: identifies the train set in the store's metadata.
+        dataset_fingerprint: identifies the train set in the store's metadata. Rows are also
+            hashed as they are featurised, and a batch whose rows were featurised before is
+            checked against those hashes, so changed data is an error whatever this says.
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.
     """
@@ -168,6 +173,9 @@ class TRAKer:
         self._model_id: int | None = None
         self._train: RowTracker | None = None
         self._targets: RowTracker | None = None
+        # row set path -> fingerprint of the checkpoint this instance featurised it with: its
+        # finalize folds only rows staged from that checkpoint (store/_rows.py)
+        self._fingerprints: dict[str, str] = {}
 
     def _projector(self, projection: str, proj_dim: int, seed: int) -> Projector:
         """Our projector of kind ``projection`` (the Kronecker one reads the layers' shapes)."""
@@ -200,6 +208,12 @@ class TRAKer:
             return self.store.checkpoint_ids()
         return sorted(self._mine)
 
+    def _track(self, rows: RowSet, fingerprint: str, model_id: int) -> RowTracker:
+        self._fingerprints[rows.group.path] = fingerprint
+        self._model_id = int(model_id)
+        self._mine.add(int(model_id))
+        return RowTracker(rows, self.store.where, self._writer, fingerprint)
+
     def _load(self, checkpoint: Mapping[str, Tensor]) -> str:
         self.computer.load_state_dict(dict(checkpoint))
         return checkpoint_fingerprint(checkpoint)
@@ -219,9 +233,7 @@ class TRAKer:
                 raise StoreMismatchError(
                     f"{e} To discard the whole store instead, pass overwrite=True."
                 ) from e
-        self._train = RowTracker(rows, self.store.where, self._writer)
-        self._model_id = int(model_id)
-        self._mine.add(int(model_id))
+        self._train = self._track(rows, fingerprint, model_id)
 
     def featurize(
         self,
@@ -253,16 +265,24 @@ class TRAKer:
                 f"the batch holds {batch_size(batch)} samples but {len(rows)} rows were given "
                 "(inds= or num_samples=); they must match."
             )
+        hashes = row_hashes(batch)
         todo = tracker.pending(rows)
+        what = f"{'train' if with_q else 'target'} (model_id={self._model_id})"
+        if not todo.all():  # rows featurised before: were they these items?
+            done = rows[~todo]
+            stored = tracker.recorded_hashes(done)  # committed, or staged by any process
+            check_unchanged(stored, hashes[~todo], done, what, self.store.where)
         if not todo.any():
             logger.debug("all %d samples of this batch are already featurised", len(rows))
             return
         sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
+        self.store.bind(tracker.rows, tracker.checkpoint, what)
         if with_q:
             x, q = self.featurizer.featurize(sub, self._model_id)
-            tracker.write(rows[todo], x.numpy(), q.numpy())
+            tracker.write(rows[todo], x.numpy(), q.numpy(), hashes[todo])
         else:
-            tracker.write(rows[todo], self.featurizer.project(sub, self._model_id).numpy())
+            x = self.featurizer.project(sub, self._model_id)
+            tracker.write(rows[todo], x.numpy(), None, hashes[todo])
 
     def finalize_features(
         self, model_ids: Iterable[int] | None = None, del_grads: bool = False
@@ -271,7 +291,12 @@ class TRAKer:
         for model_id in self._ids(model_ids):
             with store_lock(self.store.where):
                 rows = self.store.train_rows(model_id)
-                fold_all(rows, f"model_id={model_id} is not fully featurised", "train examples")
+                fold_all(
+                    rows,
+                    f"model_id={model_id} is not fully featurised",
+                    "train examples",
+                    self._fingerprints.get(rows.group.path),
+                )
                 if self.store.read_xtx(model_id) is None:
                     xtx = xtx_from_rows(rows, 0, rows.n, device=self.device)
                     self.store.write_xtx(model_id, xtx)
@@ -283,13 +308,11 @@ class TRAKer:
         self, exp_name: str, checkpoint: Mapping[str, Tensor], model_id: int, num_targets: int
     ) -> None:
         """Load a checkpoint to featurise the targets of experiment ``exp_name`` with."""
-        self._load(checkpoint)
+        fingerprint = self._load(checkpoint)
         with store_lock(self.store.where):
             self.store.ensure_experiment(exp_name, num_targets, None)
-            rows = self.store.ensure_target_checkpoint(exp_name, model_id)
-        self._targets = RowTracker(rows, self.store.where, self._writer)
-        self._model_id = int(model_id)
-        self._mine.add(int(model_id))
+            rows = self.store.ensure_target_checkpoint(exp_name, model_id, fingerprint)
+        self._targets = self._track(rows, fingerprint, model_id)
 
     def score(
         self,
@@ -320,7 +343,12 @@ class TRAKer:
             with store_lock(self.store.where):
                 try:
                     rows = self.store.target_rows(exp_name, c)
-                    fold_all(rows, f"targets of {exp_name!r}, model_id={c}", "targets")
+                    fold_all(
+                        rows,
+                        f"targets of {exp_name!r}, model_id={c}",
+                        "targets",
+                        self._fingerprints.get(rows.group.path),
+                    )
                 except StoreStateError as e:
                     if not allow_skip:
                         raise

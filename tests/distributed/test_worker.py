@@ -37,3 +37,45 @@ def test_partial_gram_matches_the_store_and_committed_chunks_are_reused(
     third, _ = worker.run(task)
     assert (third.rows_computed, third.rows_reused) == (64, 192)
     np.testing.assert_array_equal(rows.read(task.start, task.end), stored)
+
+
+def test_a_reused_chunk_that_is_damaged_is_featurised_again_and_a_changed_row_refused(
+    tmp_path, digits_checkpoints
+):
+    import dataclasses
+
+    import pytest
+    import torch
+
+    from trak_dist.config import DataConfig
+    from trak_dist.errors import StoreMismatchError
+    from trak_dist.examples import digits
+
+    cfg = small_job(tmp_path / "c.zarr", digits_checkpoints)
+    prep = prepare(cfg)
+    worker = Worker(cfg, prep.checkpoints, prep.width)
+    task = prep.train_tasks[1]  # rows [256, 512), chunks 4..7
+    _, xtx = worker.run(task)
+    rows = prep.store.train_rows(task.model_id)
+    stored = rows.read(task.start, task.end).copy()
+    x_file = tmp_path / "c.zarr" / "train" / "0" / "X" / "c" / "5" / "0"
+    data = bytearray(x_file.read_bytes())
+    data[7] ^= 0x10
+    x_file.write_bytes(bytes(data))
+    (tmp_path / "c.zarr" / "train" / "0" / "H" / "c" / "6").unlink()
+    again, xtx2 = worker.run(task)
+    assert (again.rows_computed, again.rows_reused) == (128, 128)
+    np.testing.assert_array_equal(rows.read(task.start, task.end), stored)
+    np.testing.assert_array_equal(xtx2, xtx)
+
+    def changed():
+        x, y = digits.train_set().tensors
+        x = x.clone()
+        x[300, 5] = 1.0 - x[300, 5]
+        return torch.utils.data.TensorDataset(x, y)
+
+    other = Worker(
+        dataclasses.replace(cfg, data=DataConfig(train=changed)), prep.checkpoints, prep.width
+    )
+    with pytest.raises(StoreMismatchError, match="row 300 differ"):
+        other.run(task)

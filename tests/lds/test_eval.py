@@ -10,11 +10,12 @@ from scipy.stats import spearmanr
 
 from trak_dist import TRAKer
 from trak_dist.config import ClusterConfig, EvalConfig, JobConfig, StoreConfig
-from trak_dist.errors import ConfigError
+from trak_dist.errors import ConfigError, StoreDamagedError
 from trak_dist.examples import digits
 from trak_dist.lds import store_lds
 from trak_dist.lds._retrain import SubsetTrainer
 from trak_dist.store import FeatureStore
+from trak_dist.store._verify import repair, verify
 
 QUICK = {"epochs": 2}  # recipe_kwargs: subset models in a fraction of a second
 
@@ -186,3 +187,18 @@ def test_a_stopped_eval_resumes_and_the_lds_matches_scipy(ray_session, digits_st
         assert row.result.lds == pytest.approx(np.nanmean(rho), abs=1e-9)
         assert row.result.models == 6
     assert len(rows["p64_lambdaauto"].lambdas) == 2
+
+    # a done model's margins damaged on disk: named, repaired, and exactly that model retrained
+    kept = np.asarray(ev.margins[:])
+    chunk = store_path / "eval" / "targets" / "margins" / "c" / "4" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[7] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(StoreDamagedError, match="eval/targets/margins of subset model 4 fails"):
+        store_lds(FeatureStore.open(store_path), "targets", bootstrap=0)
+    assert [p.uncommit for p in verify(store_path).problems] == [("eval/targets", 4)]
+    repair(store_path)
+    healed = run_eval(cfg)
+    assert (healed.trained, healed.reused) == (1, 5)
+    again = np.asarray(FeatureStore.open(store_path).eval_set("targets").margins[:])
+    np.testing.assert_allclose(again, kept, rtol=0, atol=1e-5)  # the recipe is deterministic

@@ -75,6 +75,28 @@ def test_auto_scores_equal_a_dense_solve_with_the_rule_per_checkpoint(store_path
     np.testing.assert_allclose(fixed.scores(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
+def test_a_failed_auto_rescoring_keeps_the_previous_set_and_its_lambdas(store_path, monkeypatch):
+    from trak_dist.store._scores import ScoreSet
+
+    store, _ = filled_store(store_path)
+    first = compute_scores(store, "t", [0, 1], None, "auto", topk=3)
+    before = first.scores()
+    first.group.attrs["lambdas"] = [1.0, 2.0]  # marks the set in place before the rescoring
+
+    def full_disk(self, c0, values):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ScoreSet, "write_topk", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        compute_scores(store, "t", [0, 1], None, "auto", topk=3)
+    # the λs of the new set went into its partial group, removed with it
+    kept = store.score_set("t", "p12_lambdaauto")
+    assert kept is not None and kept.complete
+    assert kept.attrs["lambdas"] == [1.0, 2.0] and kept.attrs["lambda_rule"] != "fixed"
+    np.testing.assert_array_equal(kept.scores(), before)
+    assert sorted(store.root["scores/t"].group_keys()) == ["p12_lambdaauto"]
+
+
 @pytest.mark.parametrize(
     "value", [float("nan"), float("inf"), -1.0, "nan", "-0.1", "often", True, None, [0.1]]
 )

@@ -4,7 +4,7 @@ import multiprocessing as mp
 
 import numpy as np
 import pytest
-from row_writers import P, row_values, write_share
+from row_writers import P, item_hashes, row_values, write_share
 from test_store import spec
 
 from trak_dist.errors import ConfigError
@@ -18,7 +18,7 @@ def new_rows(path, n=1000, chunk_rows=64):
 
 def write(rs, inds, writer):
     inds = np.asarray(inds)
-    return rs.write_rows(inds, *row_values(inds), writer=writer)
+    return rs.write_rows(inds, *row_values(inds), h=item_hashes(inds), writer=writer)
 
 
 def test_whole_chunks_go_straight_to_x_and_the_rest_is_staged(store_path):
@@ -61,7 +61,7 @@ def test_incomplete_chunks_stay_staged_and_a_cut_short_writer_is_ignored(store_p
     rs.group["staged"].create_group("dead").create_array("X", shape=(1000, P), dtype="float16")
     assert rs.rows_done().sum() == 50
     # rows already committed whole by a chunk owner (a pipeline worker) are never refolded
-    rs.write(0, row_values(np.arange(64))[0], row_values(np.arange(64))[1])
+    rs.write(0, *row_values(np.arange(64)), item_hashes(np.arange(64)))
     rs.commit(0, 64)
     assert rs.fold(np.array([0])) == 0
 
@@ -73,7 +73,7 @@ def test_bad_row_indices_are_clear_errors(store_path):
     with pytest.raises(ConfigError, match=r"\[0, 1000\)"):
         write(rs, [999, 1000], "a")
     with pytest.raises(ConfigError, match="integers"):
-        rs.write_rows(np.array([0.5]), *row_values(np.array([0])), writer="a")
+        rs.write_rows(np.array([0.5]), *row_values(np.array([0])), h=item_hashes([0]), writer="a")
 
 
 @pytest.mark.slow

@@ -85,13 +85,33 @@ def test_chunk_aligned_writes_commits_and_pending(store_path):
 
 def test_checkpoint_fingerprint_guards_model_ids(store_path):
     store = FeatureStore.create_or_open(store_path, spec())
-    store.ensure_checkpoint(3, "aaa")
+    rows = store.ensure_checkpoint(3, "aaa")
+    store.bind(rows, "aaa", "model_id=3")
+    rows.write(0, np.ones((128, 64), np.float32), np.ones(128, np.float32), np.ones(128, np.uint64))
+    rows.commit(0, 128)
     store.ensure_checkpoint(3, "aaa")
     with pytest.raises(StoreMismatchError, match="model_id=3"):
         store.ensure_checkpoint(3, "bbb")
+    with pytest.raises(StoreMismatchError, match="different checkpoint"):
+        FeatureStore.open(store_path).bind(rows, "bbb", "model_id=3")
     assert store.checkpoint_ids() == [3]
     with pytest.raises(StoreStateError, match="featurised checkpoints: \\[3\\]"):
         store.train_rows(4)
+
+
+def test_a_checkpoint_is_bound_by_its_first_commit_not_before(store_path):
+    """A run that failed before committing (a wrong checkpoint) does not lock out the fix."""
+    store = FeatureStore.create_or_open(store_path, spec())
+    rows = store.ensure_checkpoint(0, "wrong")
+    store.bind(rows, "wrong", "model_id=0")  # bound, then the run failed: nothing committed
+    again = FeatureStore.open(store_path)
+    rows = again.ensure_checkpoint(0, "right")
+    again.bind(rows, "right", "model_id=0")
+    rows.write(0, np.ones((128, 64), np.float32), np.ones(128, np.float32), np.ones(128, np.uint64))
+    rows.commit(0, 128)
+    assert FeatureStore.open(store_path).root["train/0"].attrs["checkpoint"] == "right"
+    with pytest.raises(StoreMismatchError, match="model_id=0"):
+        FeatureStore.open(store_path).ensure_checkpoint(0, "wrong")
 
 
 def test_experiments_and_missing_store(store_path, tmp_path):

@@ -16,18 +16,27 @@ class RowTracker:
     """The rows of one row set this process still has to compute, and the ``num_samples=``
     cursor (consecutive calls fill consecutive rows, as in traker).
 
-    ``done`` is a snapshot, taken at load time, of the rows any process committed or staged;
-    rows another process stages later are computed again here (the same values: only work is
-    lost). Writes go through ``RowSet.write_rows`` under its TRAKer's own writer name: whole
-    chunks straight into X, other rows staged, and folded into X right away when the store lock
-    is free (``finalize_*`` folds whatever is left).
+    ``done`` is a snapshot, taken at load time, of the rows any process committed or staged
+    from this checkpoint; rows another process stages later are computed again here (the same
+    values: only work is lost). Writes go through ``RowSet.write_rows`` under its TRAKer's own
+    writer name, with the rows' item hashes and the checkpoint's fingerprint: whole chunks
+    straight into X, other rows staged, and folded into X right away when the store lock is free
+    (``finalize_*`` folds whatever is left).
+
+    Args:
+        rows: the row set.
+        where: the store (for its lock).
+        writer: this TRAKer's staging name.
+        checkpoint: the fingerprint of the loaded checkpoint; rows staged from another one
+            are not reused.
     """
 
-    def __init__(self, rows: RowSet, where: str, writer: str) -> None:
+    def __init__(self, rows: RowSet, where: str, writer: str, checkpoint: str) -> None:
         self.rows = rows
         self.where = where
         self.writer = writer
-        self.done = rows.rows_done()
+        self.checkpoint = checkpoint
+        self.done = rows.rows_done(checkpoint)
         self.cursor = 0
 
     def take(self, inds: Iterable[int] | None, num_samples: int | None) -> np.ndarray:
@@ -49,8 +58,14 @@ class RowTracker:
     def pending(self, inds: np.ndarray) -> np.ndarray:
         return ~self.done[inds]
 
-    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None = None) -> None:
-        touched = self.rows.write_rows(inds, x, q, writer=self.writer)
+    def recorded_hashes(self, inds: np.ndarray) -> np.ndarray:
+        """``[B]`` the item hashes rows ``inds`` were featurised from (committed or staged)."""
+        return self.rows.recorded_hashes(inds, self.checkpoint)
+
+    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
+        touched = self.rows.write_rows(
+            inds, x, q, h=h, writer=self.writer, checkpoint=self.checkpoint
+        )
         self.done[inds] = True
         # only chunks complete as far as this process knows; rows other processes stage after
         # our snapshot complete theirs, and finalize folds the rest (saves a fold per batch)
@@ -59,7 +74,7 @@ class RowTracker:
         if whole:
             with store_lock(self.where, wait=False) as free:
                 if free:
-                    self.rows.fold(np.asarray(whole))
+                    self.rows.fold(np.asarray(whole), self.checkpoint)
 
 
 def writer_name() -> str:
@@ -67,12 +82,13 @@ def writer_name() -> str:
     return f"w{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
-def fold_all(rows: RowSet, what: str, noun: str) -> None:
-    """Fold every staged row into X (caller holds the store lock); error if rows are missing."""
-    rows.fold()
+def fold_all(rows: RowSet, what: str, noun: str, checkpoint: str | None = None) -> None:
+    """Fold every row staged from ``checkpoint`` (default: the one the rows are bound to) into
+    X (caller holds the store lock); error if rows are missing."""
+    rows.fold(None, checkpoint)
     if rows.is_complete():
         return
-    missing = np.flatnonzero(~rows.rows_done())
+    missing = np.flatnonzero(~rows.rows_done(checkpoint))
     raise StoreStateError(
         f"{what}: {len(missing)} of {rows.n} {noun} have no features yet (e.g. rows "
         f"{missing[:5].tolist()}). Featurise every row first (any process may fill any rows)."

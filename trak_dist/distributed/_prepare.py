@@ -9,13 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardTask, auto_shard_rows, shard_plan
 from trak_dist.featurize import projection_params
 from trak_dist.gradients import ParamLayout, resolve_engine
 from trak_dist.projection import ProjectionKind
 from trak_dist.sources import build_dataset, build_model, checkpoint_paths
-from trak_dist.store import FeatureSpec, FeatureStore, dataset_fingerprint, file_fingerprint
+from trak_dist.store import (
+    FeatureSpec,
+    FeatureStore,
+    dataset_fingerprint,
+    dataset_row_hashes,
+    file_fingerprint,
+    fingerprint,
+)
 from trak_dist.tasks import describe, resolve_task
 
 
@@ -50,6 +59,13 @@ def prepare(cfg: JobConfig) -> Prepared:
     train = build_dataset(cfg.data.train, cfg.data.kwargs, "data.train")
     targets = build_dataset(cfg.data.targets, cfg.data.kwargs, "data.targets")
     n, m = len(train), len(targets)
+    # every row hashed once (far cheaper than its gradient); a fingerprint given by the user
+    # is trusted, and rows are still checked against their stored hashes when reused
+    hashes: np.ndarray | None = None
+    train_fp = cfg.data.train_fingerprint
+    if not train_fp:
+        hashes = dataset_row_hashes(train)
+        train_fp = fingerprint(hashes)
     spec = FeatureSpec(
         proj_dim=width,
         projection=cfg.projection.kind,
@@ -58,13 +74,13 @@ def prepare(cfg: JobConfig) -> Prepared:
         model_output=describe(task),
         grad_dim=d,
         train_size=n,
-        dataset_fingerprint=cfg.data.train_fingerprint or dataset_fingerprint(train),
+        dataset_fingerprint=train_fp,
         dtype="float16" if cfg.featurize.half_precision else "float32",
         chunk_rows=cfg.store.chunk_rows,
         projection_params=projection_params(cfg.projection.kind, model, layout),
     )
     store = FeatureStore.create_or_open(
-        cfg.store.path, spec, cfg.store.codec, overwrite=cfg.store.overwrite
+        cfg.store.path, spec, cfg.store.codec, overwrite=cfg.store.overwrite, row_hashes=hashes
     )
     exp = cfg.scoring.exp_name
     store.ensure_experiment(exp, m, dataset_fingerprint(targets))
@@ -73,13 +89,14 @@ def prepare(cfg: JobConfig) -> Prepared:
     )
     train_tasks, target_tasks = [], []
     for mid, path in enumerate(checkpoints):
-        store.ensure_checkpoint(mid, file_fingerprint(path))
+        ckpt = file_fingerprint(path)
+        store.ensure_checkpoint(mid, ckpt)
         if store.read_xtx(mid) is None:
             train_tasks += [
                 ShardTask("train", mid, s, e)
                 for s, e in shard_plan(n, cfg.store.chunk_rows, shard_rows)
             ]
-        rows = store.ensure_target_checkpoint(exp, mid)
+        rows = store.ensure_target_checkpoint(exp, mid, ckpt)
         target_tasks += [
             ShardTask("target", mid, s, e, exp) for s, e in rows.pending_ranges(shard_rows)
         ]

@@ -14,11 +14,13 @@ import torch
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardResult, ShardTask
+from trak_dist.errors import StoreDamagedError
 from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.scoring import gram
 from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
-from trak_dist.store import FeatureStore, RowSet
+from trak_dist.store import FeatureStore, RowSet, file_fingerprint, row_hashes
+from trak_dist.store._hashes import check_unchanged
 from trak_dist.tasks import resolve_task
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,12 @@ class Worker:
     Per shard and chunk: a committed chunk is read back (its rows enter the partial XᵀX but no
     gradient is computed); any other chunk is featurised micro-batch by micro-batch, written
     (whole chunk), then committed. Memory: one micro-batch of gradients plus one chunk of rows.
+
+    A committed chunk is reused only if its items hash as they did when it was featurised (a
+    changed train row is a StoreMismatchError) and it reads back intact; a damaged one
+    (checksum, missing file) is featurised again in place: this worker owns the chunk, no
+    XᵀX derived from it exists yet (that is why the shard runs), and featurising is
+    deterministic, so the new bytes are what the old ones were.
 
     Args:
         cfg: the job.
@@ -63,6 +71,7 @@ class Worker:
         )
         self._datasets: dict[str, Any] = {}
         self._loaded: int | None = None
+        self._fingerprint: str | None = None
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     def pid(self) -> int:
@@ -77,8 +86,11 @@ class Worker:
 
     def _load(self, model_id: int) -> None:
         if self._loaded != model_id:
-            state = load_state_dict(self.checkpoints[model_id], self.device)
+            path = self.checkpoints[model_id]
+            state = load_state_dict(path, self.device)
             self.featurizer.computer.load_state_dict(state)
+            # what this worker loaded, which the rows it commits are bound to
+            self._fingerprint = file_fingerprint(path)
             self._loaded = model_id
 
     def run(self, task: ShardTask) -> tuple[ShardResult, np.ndarray | None]:
@@ -94,10 +106,14 @@ class Worker:
         for c0 in range(task.start, task.end, rows.chunk_rows):
             c1 = min(task.end, c0 + rows.chunk_rows)
             if done[c0 // rows.chunk_rows]:
-                if partial is not None:
-                    partial += gram(rows.read(c0, c1))
-                reused += c1 - c0
-                continue
+                if partial is None:
+                    reused += c1 - c0
+                    continue
+                x_stored = self._reuse_chunk(rows, task, c0, c1)
+                if x_stored is not None:
+                    partial += gram(x_stored)
+                    reused += c1 - c0
+                    continue
             x = self._featurize_chunk(rows, task, c0, c1)
             if partial is not None:
                 partial += gram(x)
@@ -112,13 +128,29 @@ class Worker:
         )
         return result, partial
 
+    def _reuse_chunk(self, rows: RowSet, task: ShardTask, c0: int, c1: int) -> np.ndarray | None:
+        """The committed train rows ``[c0, c1)`` checked, or None when they must be featurised
+        again (see the class docstring)."""
+        try:
+            x = rows.read(c0, c1)
+            rows.read_q(c0, c1)
+            stored = rows.read_hashes(slice(c0, c1), checked=True)
+        except StoreDamagedError as e:
+            logger.warning("featurising again: %s", "; ".join(str(d) for d in e.damage))
+            return None
+        fresh = row_hashes(batch_of(self._dataset(task), c0, c1))
+        what = f"train (model_id={task.model_id})"
+        check_unchanged(stored, fresh, np.arange(c0, c1), what, self.store.where)
+        return x
+
     def _featurize_chunk(self, rows: RowSet, task: ShardTask, c0: int, c1: int) -> np.ndarray:
         self._load(task.model_id)
         data = self._dataset(task)
         step = self.cfg.featurize.micro_batch
-        xs, qs = [], []
+        xs, qs, hs = [], [], []
         for b0 in range(c0, c1, step):
             batch = batch_of(data, b0, min(c1, b0 + step))
+            hs.append(row_hashes(batch))
             if task.kind == "train":
                 x, q = self.featurizer.featurize(batch, task.model_id)
                 qs.append(q.numpy())
@@ -127,6 +159,7 @@ class Worker:
             xs.append(x.numpy())
         # rounded to the stored dtype first, so the partial XᵀX equals one recomputed from the store
         x_stored = np.concatenate(xs).astype(rows.X.dtype)
-        rows.write(c0, x_stored, np.concatenate(qs) if qs else None)
+        rows.write(c0, x_stored, np.concatenate(qs) if qs else None, np.concatenate(hs))
+        self.store.bind(rows, self._fingerprint, f"{task}")
         rows.commit(c0, c1)
         return x_stored

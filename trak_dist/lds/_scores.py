@@ -43,7 +43,7 @@ def score_predictions(sset: ScoreSet, masks: np.ndarray, block: int = 4096) -> n
     out = np.zeros((masks.shape[0], sset.S.shape[1]))
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
-        out += predictions(masks[:, r0:r1], np.asarray(sset.S[r0:r1]))
+        out += predictions(masks[:, r0:r1], sset.read_rows(r0, r1))
     return out
 
 

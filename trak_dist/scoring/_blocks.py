@@ -21,6 +21,7 @@ from trak_dist.errors import StoreStateError
 from trak_dist.scoring._factor import Factorization, gram
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
+from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._zarr import array
 
 
@@ -59,7 +60,9 @@ def _merge_topk(
     vals, idx = torch.topk(block, min(k, block.shape[0]), dim=0)
     idx = idx + first_row
     if best is not None:
-        vals, pos = torch.topk(torch.cat([best[0], vals]), k, dim=0)
+        # blocks may be shorter than k (train_block < topk): keep what there is so far
+        both = torch.cat([best[0], vals])
+        vals, pos = torch.topk(both, min(k, both.shape[0]), dim=0)
         idx = torch.gather(torch.cat([best[1], idx]), 0, pos)
     return vals, idx
 
@@ -85,7 +88,8 @@ def compute_scores(
     set's ``lambdas`` attribute.
 
     Returns:
-        The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``.
+        The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``. It replaces the
+        variant's previous scores only once complete: if scoring fails, they are kept.
     """
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
@@ -103,6 +107,8 @@ def compute_scores(
     for c, ts in zip(ids, target_sets, strict=True):
         if not ts.is_complete():
             raise StoreStateError(f"model_id={c}: targets of {exp!r} are not all featurised.")
+    store.check_same_items(list(zip(ids, train_sets, strict=True)), "train")
+    store.check_same_items(list(zip(ids, target_sets, strict=True)), f"target ({exp!r})")
 
     lambda_reg = parse_lambda(lambda_reg)
     name = variant_name(p, lambda_reg, kinv_scaling)
@@ -113,67 +119,68 @@ def compute_scores(
         "kinv_scaling": kinv_scaling,
         "model_ids": ids,
     }
-    sset = store.create_scores(exp, name, n, m, topk, attrs)
-    tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
-    ys = sset.group.require_group("Y")
-    lambdas = []
-    for c, ts in zip(ids, target_sets, strict=True):
-        factor = ensure_factor(store, c, p, device)
-        lambdas.append(factor.resolve_lambda(lambda_reg))
-        kinv = torch.as_tensor(
-            factor.kinv(lambdas[-1], kinv_scaling, f"model_id={c}"), device=device
-        )
-        y = ys.create_array(
-            str(c),
-            shape=(m, p),
-            chunks=(min(m, tb), p),
-            dtype="float32",
-            compressors=None,
-            overwrite=True,
+    # the previous scores of this variant stay in place until the new ones are complete
+    with store.create_scores(exp, name, n, m, topk, attrs) as sset:
+        tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
+        ys = sset.group.require_group("Y")
+        lambdas = []
+        for c, ts in zip(ids, target_sets, strict=True):
+            factor = ensure_factor(store, c, p, device)
+            lambdas.append(factor.resolve_lambda(lambda_reg))
+            kinv = torch.as_tensor(
+                factor.kinv(lambdas[-1], kinv_scaling, f"model_id={c}"), device=device
+            )
+            y = ys.create_array(
+                str(c),
+                shape=(m, p),
+                chunks=(min(m, tb), p),
+                dtype="float32",
+                compressors=CHECKSUM,
+                overwrite=True,
+            )
+            for t0 in range(0, m, tb):
+                xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
+                y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
+            del kinv
+        # in the partial set's attributes: they move into place with it (publish)
+        sset.group.attrs["lambdas"] = lambdas
+
+        k = min(topk, n)
+        bar = tqdm(
+            total=-(-m // tb) * -(-n // train_block),
+            desc=f"scores {exp}/{name}",
+            disable=not progress,
+            unit="block",
         )
         for t0 in range(0, m, tb):
-            xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
-            y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
-        del kinv
-    sset.group.attrs["lambdas"] = lambdas
-
-    k = min(topk, n)
-    bar = tqdm(
-        total=-(-m // tb) * -(-n // train_block),
-        desc=f"scores {exp}/{name}",
-        disable=not progress,
-        unit="block",
-    )
-    for t0 in range(0, m, tb):
-        t1 = min(m, t0 + tb)
-        yblocks = [
-            torch.as_tensor(np.asarray(array(ys, str(c))[t0:t1]), device=device) for c in ids
-        ]
-        best: tuple[torch.Tensor, torch.Tensor] | None = None
-        worst: tuple[torch.Tensor, torch.Tensor] | None = None
-        for r0 in range(0, n, train_block):
-            r1 = min(n, r0 + train_block)
-            acc = torch.zeros(r1 - r0, t1 - t0, dtype=torch.float32, device=device)
-            qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
-            for rs, yb in zip(train_sets, yblocks, strict=True):
-                x = torch.as_tensor(rs.read(r0, r1, p), device=device).float()
-                acc.addmm_(x, yb.T)
-                qbar += torch.as_tensor(rs.read_q(r0, r1), device=device)
-            block = (acc / len(ids)) * (qbar / len(ids))[:, None]
-            sset.write_block(r0, t0, block.cpu().numpy())
-            best = _merge_topk(best, block, r0, k)
-            worst = _merge_topk(worst, -block, r0, k)
-            bar.update()
-        assert best is not None and worst is not None  # n ≥ 1, so the loop ran
-        sset.write_topk(
-            t0,
-            {
-                "proponents_idx": best[1].T.cpu().numpy(),
-                "proponents_val": best[0].T.cpu().numpy(),
-                "opponents_idx": worst[1].T.cpu().numpy(),
-                "opponents_val": (-worst[0]).T.cpu().numpy(),
-            },
-        )
-    bar.close()
-    sset.mark_complete()
-    return sset
+            t1 = min(m, t0 + tb)
+            yblocks = [
+                torch.as_tensor(np.asarray(array(ys, str(c))[t0:t1]), device=device) for c in ids
+            ]
+            best: tuple[torch.Tensor, torch.Tensor] | None = None
+            worst: tuple[torch.Tensor, torch.Tensor] | None = None
+            for r0 in range(0, n, train_block):
+                r1 = min(n, r0 + train_block)
+                acc = torch.zeros(r1 - r0, t1 - t0, dtype=torch.float32, device=device)
+                qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
+                for rs, yb in zip(train_sets, yblocks, strict=True):
+                    x = torch.as_tensor(rs.read(r0, r1, p), device=device).float()
+                    acc.addmm_(x, yb.T)
+                    qbar += torch.as_tensor(rs.read_q(r0, r1), device=device)
+                block = (acc / len(ids)) * (qbar / len(ids))[:, None]
+                sset.write_block(r0, t0, block.cpu().numpy())
+                best = _merge_topk(best, block, r0, k)
+                worst = _merge_topk(worst, -block, r0, k)
+                bar.update()
+            assert best is not None and worst is not None  # n ≥ 1, so the loop ran
+            sset.write_topk(
+                t0,
+                {
+                    "proponents_idx": best[1].T.cpu().numpy(),
+                    "proponents_val": best[0].T.cpu().numpy(),
+                    "opponents_idx": worst[1].T.cpu().numpy(),
+                    "opponents_val": (-worst[0]).T.cpu().numpy(),
+                },
+            )
+        bar.close()
+    return sset.publish()

@@ -2,6 +2,8 @@
 
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
+from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
+from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
@@ -18,6 +20,7 @@ __all__ = [
     "CODECS",
     "DEFAULT_CODEC",
     "FORMAT_VERSION",
+    "Damage",
     "EvalSet",
     "FeatureSpec",
     "FeatureStore",
@@ -25,7 +28,10 @@ __all__ = [
     "ScoreSet",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
+    "dataset_row_hashes",
     "file_fingerprint",
+    "fingerprint",
+    "row_hashes",
     "store_lock",
     "subset_mask",
     "variant_name",

@@ -1,13 +1,20 @@
-"""Compression codecs for the feature arrays, chosen by name in configs.
+"""Compression codecs for the feature arrays, chosen by name in configs, and the checksum every
+chunk carries.
 
 The default is "none": projected gradients are dense, near-Gaussian floats and barely compress
 (see ``benchmarks/store_codecs.py``: the best lossless codec saves under 10 % at several times
 the write cost), so compression would slow every write for little disk saved.
+
+Whatever the codec, a crc32c of the encoded chunk comes last in the chain: Zarr verifies it on
+every read, so a chunk whose bytes changed on disk is an error, never silently wrong numbers
+(store/_integrity.py names it). It costs 4 bytes a chunk and a hardware-accelerated CRC
+(``benchmarks/store_codecs.py`` measures it against no checksum).
 """
 
 from __future__ import annotations
 
-from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.abc.codec import BytesBytesCodec
+from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
 from trak_dist.errors import ConfigError
 
@@ -15,14 +22,23 @@ CODECS = ("none", "zstd", "blosc-lz4", "blosc-zstd")
 DEFAULT_CODEC = "none"
 
 
-def compressors(name: str) -> tuple[object, ...] | None:
-    """The Zarr v3 compressor chain for ``name`` (one of ``CODECS``)."""
+def compressors(name: str, checksum: bool = True) -> tuple[BytesBytesCodec, ...] | None:
+    """The Zarr v3 bytes-to-bytes chain for ``name`` (one of ``CODECS``), ending in a crc32c
+    unless ``checksum`` is False (benchmarks only)."""
+    chain: tuple[BytesBytesCodec, ...]
     if name == "none":
-        return None
-    if name == "zstd":
-        return (ZstdCodec(level=1),)
-    if name == "blosc-lz4":
-        return (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
-    if name == "blosc-zstd":
-        return (BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"),)
-    raise ConfigError(f"store codec={name!r}; expected one of {CODECS}.")
+        chain = ()
+    elif name == "zstd":
+        chain = (ZstdCodec(level=1),)
+    elif name == "blosc-lz4":
+        chain = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
+    elif name == "blosc-zstd":
+        chain = (BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"),)
+    else:
+        raise ConfigError(f"store codec={name!r}; expected one of {CODECS}.")
+    if checksum:
+        chain = (*chain, Crc32cCodec())
+    return chain or None
+
+
+CHECKSUM = compressors("none")  # arrays stored uncompressed (Q, row hashes, reductions, scores)

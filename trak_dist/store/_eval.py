@@ -10,7 +10,14 @@ Layout (``eval/<exp>/`` in the store)::
 Complete-or-absent per model: row j of ``margins`` is one chunk (one store key, written to a
 temporary file and renamed by the LocalStore), and ``done[j]`` is its own chunk, set after it.
 A killed evaluation leaves every model either done or not started; a rerun trains only the
-ones not done. Only the evaluation's driver writes (a single writer).
+ones not done. Only the evaluation's driver writes (a single writer). The settings attributes
+are written last, so a group without them was never finished and is made again.
+
+Integrity (store/_integrity.py): every chunk carries a crc32c; margins are finite and their fill
+value is NaN, so a done model whose margins are missing or damaged is an error naming it; a mask
+is checked against the subset its settings define (``subset_mask``) before a model is trained on
+it. ``trak-dist store repair`` un-does a damaged model (``uncommit``), and the next
+``trak-dist eval`` trains exactly those again.
 """
 
 from __future__ import annotations
@@ -20,17 +27,31 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import StoreMismatchError, StoreStateError
+from trak_dist.errors import ConfigError, StoreDamagedError, StoreMismatchError, StoreStateError
+from trak_dist.store._codecs import CHECKSUM
+from trak_dist.store._integrity import (
+    Damage,
+    checked_read,
+    chunk_damage,
+    damaged_error,
+    delete_chunk,
+    store_location,
+)
 from trak_dist.store._zarr import array, group
 
 # settings that define the ground truth: a rerun must match them (num_models may grow)
 DEFINING = ("recipe", "recipe_kwargs", "alpha", "seed", "train_size", "num_targets")
 
 
+def subset_size(train_size: int, alpha: float) -> int:
+    """How many train examples each subset model sees: ``round(alpha·n)``, at least 1."""
+    return min(train_size, max(1, round(alpha * train_size)))
+
+
 def subset_mask(train_size: int, alpha: float, seed: int, index: int) -> np.ndarray:
     """``[n]`` bool: the ``round(alpha·n)`` train examples of subset model ``index``, drawn
     without replacement from a generator seeded by ``(seed, index)`` (independent of M)."""
-    size = min(train_size, max(1, round(alpha * train_size)))
+    size = subset_size(train_size, alpha)
     mask = np.zeros(train_size, dtype=bool)
     mask[np.random.default_rng([seed, index]).choice(train_size, size, replace=False)] = True
     return mask
@@ -54,6 +75,8 @@ class EvalSet:
             StoreMismatchError: the stored ground truth was made with other settings.
         """
         n, m, num = settings["train_size"], settings["num_targets"], settings["num_models"]
+        if exp in parent and "num_targets" not in group(parent, exp).attrs:
+            del parent[exp]  # killed while being created (settings come last): no model is done
         if exp in parent:
             node = group(parent, exp)
             stored = dict(node.attrs)
@@ -73,17 +96,24 @@ class EvalSet:
                 ev._grow(num)
             return ev
         node = parent.require_group(exp)
-        node.create_array("masks", shape=(num, n), chunks=(1, n), dtype="bool", fill_value=False)
+        node.create_array(
+            "masks",
+            shape=(num, n),
+            chunks=(1, n),
+            dtype="bool",
+            compressors=CHECKSUM,
+            fill_value=False,
+        )
         node.create_array(
             "margins",
             shape=(num, m),
             chunks=(1, m),
             dtype="float32",
-            compressors=None,
+            compressors=CHECKSUM,
             fill_value=np.nan,
         )
         node.create_array(
-            "done", shape=(num,), chunks=(1,), dtype="uint8", compressors=None, fill_value=0
+            "done", shape=(num,), chunks=(1,), dtype="uint8", compressors=CHECKSUM, fill_value=0
         )
         ev = cls(node)
         ev._write_masks(0, num, settings)
@@ -97,9 +127,11 @@ class EvalSet:
 
     def _grow(self, num: int) -> None:
         old = self.num_models
-        for arr in (self.masks, self.margins, self._done):
+        # done last: M is its length, so a grow killed midway is redone (masks written again)
+        for arr in (self.masks, self.margins):
             arr.resize((num, *arr.shape[1:]))
         self._write_masks(old, num, dict(self.group.attrs))
+        self._done.resize((num,))
         self.group.attrs["num_models"] = num
 
     @property
@@ -111,29 +143,132 @@ class EvalSet:
         return dict(self.group.attrs)
 
     def done(self) -> np.ndarray:
-        """``[M]`` bool: which subset models' margins are stored."""
-        return np.asarray(self._done[:]).astype(bool)
+        """``[M]`` bool: which subset models' margins are stored.
+
+        Raises:
+            StoreDamagedError: a done flag fails its checksum (``store repair`` decides it).
+        """
+        no_model_needs_a_flag = np.zeros(self.num_models, dtype=bool)  # absent: not done
+        return checked_read(self._done, (slice(0, self.num_models),), no_model_needs_a_flag) != 0
+
+    def done_flags(self) -> tuple[np.ndarray, np.ndarray]:
+        """``([M], [M])`` bool: done models, and models whose flag cannot be read (``store
+        verify``: their margins decide)."""
+        unreadable = np.zeros(self.num_models, dtype=bool)
+        try:
+            return self.done(), unreadable
+        except StoreDamagedError as e:
+            for d in _damage(e):
+                unreadable[d.chunk[0]] = True
+        done = np.zeros(self.num_models, dtype=bool)
+        for j in np.flatnonzero(~unreadable).tolist():
+            done[j] = bool(np.asarray(self._done[j : j + 1])[0])
+        return done, unreadable
+
+    def expected_mask(self, j: int) -> np.ndarray:
+        """``[n]`` bool: the subset the settings define for model ``j``."""
+        n, alpha, seed = self._subsets()
+        return subset_mask(n, alpha, seed, j)
+
+    def _subsets(self) -> tuple[int, float, int]:
+        """(train_size, alpha, seed) from the settings: what defines every subset."""
+        s = self.group.attrs
+        n, alpha, seed = s.get("train_size"), s.get("alpha"), s.get("seed")
+        if not (isinstance(n, int) and isinstance(alpha, int | float) and isinstance(seed, int)):
+            raise StoreStateError(
+                f"the settings of {self.group.path} are train_size={n!r}, alpha={alpha!r}, "
+                f"seed={seed!r}; expected integers and a number. Rerun `trak-dist eval` with "
+                "eval.overwrite=true to discard its subset models and train them again."
+            )
+        return n, float(alpha), seed
+
+    def mask_damage(self, j: int) -> Damage | None:
+        """What is wrong with model ``j``'s stored mask, or None."""
+        d = chunk_damage(self.masks, (j, 0), np.zeros(1, dtype=bool))
+        if d is not None:
+            return d
+        if np.array_equal(np.asarray(self.masks[j]), self.expected_mask(j)):
+            return None
+        kind = "missing" if not np.asarray(self.masks[j]).any() else "mismatch"
+        n = self.masks.shape[1]
+        return Damage(self.masks.path, (j, 0), ((j, j + 1), (0, n)), kind)
 
     def mask(self, j: int) -> np.ndarray:
+        """``[n]`` bool: the train examples of subset model ``j`` (checked against its
+        settings: a model is never trained on a damaged subset).
+
+        Raises:
+            StoreDamagedError: the stored mask fails its checksum, is missing or differs.
+        """
+        d = self.mask_damage(j)
+        if d is not None:
+            raise damaged_error([d], store_location(self.group))
         return np.asarray(self.masks[j])
 
     def write(self, j: int, margins: np.ndarray) -> None:
-        """Store model ``j``'s target margins ``[m]``, then mark it done."""
+        """Store model ``j``'s target margins ``[m]``, then mark it done.
+
+        Raises:
+            ConfigError: margins of the wrong shape, or not finite (the recipe diverged).
+        """
         if margins.shape != (self.margins.shape[1],):
             raise StoreStateError(
                 f"subset model {j} returned margins of shape {margins.shape}; the experiment "
                 f"has {self.margins.shape[1]} targets."
             )
-        self.margins[j] = margins.astype(np.float32)
+        values = margins.astype(np.float32)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            # NaN is the fill value: stored, they would read as a model never written
+            raise ConfigError(
+                f"subset model {j} (recipe {self.group.attrs.get('recipe')!r}) gave non-finite "
+                f"outputs on {len(bad)} of {len(values)} targets (first: {bad[:5].tolist()}): "
+                "its training diverged. Fix eval.recipe (learning rate, epochs) and rerun "
+                "`trak-dist eval`; the finished models are kept."
+            )
+        self.margins[j] = values
         self._done[j : j + 1] = 1
+
+    def uncommit(self, models: np.ndarray) -> None:
+        """Un-do ``models`` (``store repair``): their flags and margins are removed and their
+        masks written again from the settings, so the next evaluation trains them again."""
+        for j in np.asarray(models).tolist():
+            delete_chunk(self._done, (j,))
+            delete_chunk(self.margins, (j, 0))
+            self.masks[j] = self.expected_mask(j)
+
+    def recommit(self, models: np.ndarray) -> None:
+        """Rewrite the done flags of ``models`` whose margins are whole (``store repair``)."""
+        for j in np.asarray(models).tolist():
+            self._done[j : j + 1] = 1
 
     def finished(self, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Masks ``[M', n]`` and margins ``[M', m]`` of the M' models that are done (among the
-        first ``limit``)."""
+        first ``limit``).
+
+        Raises:
+            StoreDamagedError: a done model's margins or mask are damaged or missing.
+        """
         idx = np.flatnonzero(self.done()[:limit])
-        if not len(idx):
-            return np.zeros((0, self.masks.shape[1]), bool), np.zeros((0, self.margins.shape[1]))
-        return (
-            np.asarray(self.masks.get_orthogonal_selection((idx, slice(None)))),
-            np.asarray(self.margins.get_orthogonal_selection((idx, slice(None)))),
-        )
+        masks = np.zeros((len(idx), self.masks.shape[1]), bool)
+        margins = np.zeros((len(idx), self.margins.shape[1]), np.float32)
+        n, alpha, _ = self._subsets()
+        size = subset_size(n, alpha)
+        damage: list[Damage] = []
+        for i, j in enumerate(idx.tolist()):
+            try:  # model by model: a not-done model's leftover chunk is never read
+                margins[i] = checked_read(self.margins, (slice(j, j + 1), slice(None)))[0]
+                masks[i] = checked_read(self.masks, (slice(j, j + 1), slice(None)))[0]
+            except StoreDamagedError as e:
+                damage += _damage(e)
+                continue
+            if masks[i].sum() != size:  # a bool chunk has no sentinel: missing reads as empty
+                d = self.mask_damage(j)
+                damage += [] if d is None else [d]
+        if damage:
+            raise damaged_error(damage, store_location(self.group))
+        return masks, margins
+
+
+def _damage(e: StoreDamagedError) -> list[Damage]:
+    return [d for d in e.damage if isinstance(d, Damage)]

@@ -1,4 +1,5 @@
-"""A set of featurised rows in the store: X, optional Q, per-chunk commit flags, staged rows.
+"""A set of featurised rows in the store: X, optional Q, row hashes H, per-chunk commit flags,
+staged rows.
 
 Invariant 3: a chunk of X is only ever written whole, and counts as done only once its flag is
 set, after its data was written. Flags live in a ``done`` array with one element per chunk and
@@ -24,6 +25,13 @@ be n keys; one writer per chunk would force traker users to align their shards t
 lock around every partial-chunk write would make the pipeline's lock-free shard writes unsafe
 whenever a TRAKer wrote at the same time. Staging costs one extra write and read of the rows
 that do not fill whole chunks, and leaves the pipeline's fast path exactly as it was.
+
+Integrity (store/_integrity.py): X, Q and H chunks, committed or staged, carry a crc32c and a
+fill value written rows never hold (NaN, NaN, 0), so reads name damaged or missing chunks. H
+holds a 64-bit hash of each row's train/target item, written with the row (store/_hashes.py);
+a staged row carries its hash in its shadow and a fold moves X, Q and H together. A row set is
+bound to the checkpoint that commits its first chunk, whether a writer commits a whole chunk or
+a fold does (``bind``); only shadows staged from that checkpoint are folded or reused.
 """
 
 from __future__ import annotations
@@ -34,8 +42,11 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import ConfigError
-from trak_dist.store._staging import STAGED, Shadow, shadows, staging
+from trak_dist.errors import ConfigError, StoreDamagedError, StoreMismatchError
+from trak_dist.store._codecs import CHECKSUM
+from trak_dist.store._hashes import describe_rows
+from trak_dist.store._integrity import checked_read, delete_chunk, store_location
+from trak_dist.store._staging import CHECKPOINT, STAGED, Shadow, shadows, staging
 from trak_dist.store._zarr import array
 
 
@@ -43,18 +54,27 @@ class RowSet:
     """Rows ``[0, n)`` of projected gradients in a Zarr group.
 
     Args:
-        group: the group holding ``X`` (``[n, p]``), ``done`` (``[ceil(n/chunk)]``) and
-            optionally ``Q`` (``[n]``).
+        group: the group holding ``X`` (``[n, p]``), ``H`` (``[n]`` uint64), ``done``
+            (``[ceil(n/chunk)]``) and optionally ``Q`` (``[n]``).
     """
 
     def __init__(self, group: zarr.Group) -> None:
         self.group = group
         self.X = array(group, "X")
         self.Q = array(group, "Q") if "Q" in group else None
+        if "H" not in group:
+            raise StoreMismatchError(
+                f"{group.path} in {store_location(group)} holds no row hashes: it was written by "
+                "a development version of format 2 (staged rows without checksums). Its rows "
+                "cannot be checked; featurise into a new store path (or overwrite this one: "
+                "store.overwrite=true, TRAKer(overwrite=True))."
+            )
+        self.H = array(group, "H")
         self._done = array(group, "done")
         self.n, self.proj_dim = self.X.shape
         self.chunk_rows = self.X.chunks[0]
         self._own: dict[str, Shadow] = {}
+        self._bound_to: str | None = None
 
     @classmethod
     def create(
@@ -73,7 +93,7 @@ class RowSet:
             chunks=(chunk_rows, proj_dim),
             dtype=dtype,
             compressors=compressors,
-            fill_value=0,
+            fill_value=np.nan,
         )
         if with_q:
             group.create_array(
@@ -81,12 +101,25 @@ class RowSet:
                 shape=(n,),
                 chunks=(chunk_rows,),
                 dtype="float32",
-                compressors=None,
-                fill_value=0,
+                compressors=CHECKSUM,
+                fill_value=np.nan,
             )
+        group.create_array(
+            "H",
+            shape=(n,),
+            chunks=(chunk_rows,),
+            dtype="uint64",
+            compressors=CHECKSUM,
+            fill_value=0,
+        )
         n_chunks = -(-n // chunk_rows)
         group.create_array(
-            "done", shape=(n_chunks,), chunks=(1,), dtype="uint8", compressors=None, fill_value=0
+            "done",
+            shape=(n_chunks,),
+            chunks=(1,),
+            dtype="uint8",
+            compressors=CHECKSUM,
+            fill_value=0,
         )
         return cls(group)
 
@@ -95,8 +128,27 @@ class RowSet:
         return int(self._done.shape[0])
 
     def done_chunks(self) -> np.ndarray:
-        """``[n_chunks]`` bool: which chunks are committed."""
-        return np.asarray(self._done[:]).astype(bool)
+        """``[n_chunks]`` bool: which chunks are committed.
+
+        Raises:
+            StoreDamagedError: a flag fails its checksum (``store repair`` rewrites it).
+        """
+        no_row_needs_a_flag = np.zeros(self.n_chunks, dtype=bool)  # 0 (absent) means not done
+        return checked_read(self._done, (slice(0, self.n_chunks),), no_row_needs_a_flag) != 0
+
+    def commit_flags(self) -> tuple[np.ndarray, np.ndarray]:
+        """``([n_chunks], [n_chunks])`` bool: committed chunks, and chunks whose flag cannot be
+        read (``store verify``: their data decides whether they are committed)."""
+        unreadable = np.zeros(self.n_chunks, dtype=bool)
+        try:
+            return self.done_chunks(), unreadable
+        except StoreDamagedError as e:
+            for d in e.damage:
+                unreadable[d.chunk[0]] = True  # type: ignore[attr-defined]
+        done = np.zeros(self.n_chunks, dtype=bool)
+        for c in np.flatnonzero(~unreadable).tolist():
+            done[c] = bool(np.asarray(self._done[c : c + 1])[0])
+        return done, unreadable
 
     def is_complete(self) -> bool:
         return bool(self.done_chunks().all())
@@ -130,27 +182,97 @@ class RowSet:
             yield c * self.chunk_rows, min(e * self.chunk_rows, self.n)
             c = e
 
-    def write(self, start: int, x: np.ndarray, q: np.ndarray | None = None) -> None:
+    def write(
+        self,
+        start: int,
+        x: np.ndarray,
+        q: np.ndarray | None = None,
+        h: np.ndarray | None = None,
+    ) -> None:
         """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring)."""
         end = start + x.shape[0]
         self.chunk_range(start, end)
-        self._write(slice(start, end), x, q)
+        self._write(slice(start, end), x, q, h)
 
-    def _write(self, rows: slice, x: np.ndarray, q: np.ndarray | None) -> None:
+    def _write(
+        self, rows: slice, x: np.ndarray, q: np.ndarray | None, h: np.ndarray | None = None
+    ) -> None:
         if x.shape[1] != self.proj_dim:
             raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
         self.X[rows] = x.astype(self.X.dtype, copy=False)
         if q is not None and self.Q is not None:
             self.Q[rows] = q.astype(np.float32, copy=False)
+        if h is not None:
+            self.H[rows] = h.astype(np.uint64, copy=False)
 
     def commit(self, start: int, end: int) -> None:
         """Mark the chunks of rows ``[start, end)`` done; call only after their data is written."""
         c0, c1 = self.chunk_range(start, end)
         self._done[c0:c1] = 1
 
+    # ---- the checkpoint the rows come from -----------------------------------------------------
+    def checkpoint(self) -> str | None:
+        """The fingerprint of the checkpoint this row set is bound to, or None; read afresh
+        (another process may have bound it since this RowSet was opened)."""
+        node = zarr.open_group(self.group.store, path=self.group.path, mode="r")
+        value = node.attrs.get(CHECKPOINT)
+        return value if isinstance(value, str) else None
+
+    def check_bound(
+        self, fingerprint: str | None, what: str | None = None, where: str | None = None
+    ) -> None:
+        """Raise StoreMismatchError if committed rows come from another checkpoint than
+        ``fingerprint``. Bound by a run that committed nothing, a row set takes any checkpoint.
+
+        Args:
+            what, where: the row set and the store, for the message.
+        """
+        stored = self.checkpoint()
+        if not fingerprint or not stored or stored == fingerprint:
+            return
+        if not self.done_chunks().any():
+            return  # bound by a run that committed nothing: the next commit rebinds it
+        raise StoreMismatchError(
+            f"{what or self.group.path} in {where or store_location(self.group)} was featurised "
+            f"from a different checkpoint (fingerprint {stored}, now {fingerprint}). Give each "
+            "checkpoint its own model_id, or use a new store path."
+        )
+
+    def bind(
+        self,
+        fingerprint: str | None,
+        what: str | None = None,
+        where: str | None = None,
+        *,
+        fresh: bool = False,
+    ) -> None:
+        """Bind the row set to the checkpoint ``fingerprint``; call before each commit.
+
+        A row set is bound by its first committed chunk, not when it is created: a run that
+        failed before committing anything (a wrong checkpoint) leaves nothing that refuses the
+        right one. Checked once per RowSet unless ``fresh`` (folds, under the store lock).
+
+        Raises:
+            StoreMismatchError: committed rows come from another checkpoint.
+        """
+        if not fingerprint or (self._bound_to == fingerprint and not fresh):
+            return
+        self.check_bound(fingerprint, what, where)
+        if self.checkpoint() != fingerprint:
+            node = zarr.open_group(self.group.store, path=self.group.path, mode="r+")
+            node.attrs[CHECKPOINT] = fingerprint
+        self._bound_to = fingerprint
+
     # ---- any rows, from any process, in any order (traker's API) -------------------------------
     def write_rows(
-        self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None = None, *, writer: str
+        self,
+        inds: np.ndarray,
+        x: np.ndarray,
+        q: np.ndarray | None = None,
+        *,
+        h: np.ndarray,
+        writer: str,
+        checkpoint: str | None = None,
     ) -> np.ndarray:
         """Write rows ``inds``: the chunks they fill whole go to X and are committed; the other
         rows are staged in ``writer``'s shadow until ``fold`` finds their chunk complete.
@@ -159,32 +281,41 @@ class RowSet:
             inds: ``[B]`` distinct row indices, any order.
             x: ``[B, p]`` rows.
             q: ``[B]`` out-to-loss weights (train rows only).
+            h: ``[B]`` uint64 item hashes (``row_hashes`` of the batch).
             writer: a name no other process shares (e.g. a random hex string); one process
                 may reuse it for any number of calls.
+            checkpoint: the fingerprint of the checkpoint the rows come from; the row set is
+                bound to it (see ``bind``) and the staged rows are marked with it.
 
         Returns:
             The chunks that received staged rows: the ones worth folding now.
         """
         inds = self._check_rows(inds, x.shape[0])
+        if h.shape != inds.shape:
+            raise ConfigError(f"{len(h)} row hashes for a batch of {len(inds)} samples.")
         order = np.argsort(inds, kind="stable")
-        inds, x = inds[order], x[order]
+        inds, x, h = inds[order], x[order], h[order]
         q = None if q is None else q[order]
+        # bound before anything is written: a row set stays bound to one checkpoint, and the
+        # binder of a set whose rows are all staged tells a later fold which shadows to use
+        self.bind(checkpoint)
         chunk = inds // self.chunk_rows
         staged = np.ones(len(inds), dtype=bool)
         firsts, counts = np.unique(chunk, return_index=True, return_counts=True)[1:]
         for f, k in zip(firsts, counts, strict=True):
             start = int(chunk[f]) * self.chunk_rows
             if k == min(self.n, start + self.chunk_rows) - start:  # sorted, distinct: the chunk
-                self.write(start, x[f : f + k], None if q is None else q[f : f + k])
+                rows = slice(f, f + k)
+                self.write(start, x[rows], None if q is None else q[rows], h[rows])
                 self.commit(start, start + k)
-                staged[f : f + k] = False
+                staged[rows] = False
         if staged.any():
             shadow = self._own.get(writer)
-            if shadow is None:
+            if shadow is None or shadow.checkpoint != checkpoint:
                 shadow = self._own[writer] = Shadow.open_or_create(
-                    self.group, writer, self.X, self.Q is not None
+                    self.group, writer, self.X, self.Q is not None, checkpoint
                 )
-            shadow.write(inds[staged], x[staged], None if q is None else q[staged])
+            shadow.write(inds[staged], x[staged], None if q is None else q[staged], h[staged])
         return np.unique(chunk[staged])
 
     def _check_rows(self, inds: np.ndarray, batch: int) -> np.ndarray:
@@ -202,48 +333,107 @@ class RowSet:
             raise ConfigError("row indices of one batch repeat; each sample needs its own row.")
         return inds
 
-    def staged_rows(self) -> np.ndarray:
-        """``[n]`` bool: rows staged by any writer and not folded yet."""
+    def shadows(self, checkpoint: str | None = None) -> list[Shadow]:
+        """The writers' shadows staged from ``checkpoint`` (default: the one the row set is
+        bound to). Shadows of another checkpoint are never folded nor reused."""
+        want = self.checkpoint() if checkpoint is None else checkpoint
+        return [w for w in shadows(self.group) if w.checkpoint == want]
+
+    def staged_rows(self, checkpoint: str | None = None) -> np.ndarray:
+        """``[n]`` bool: rows staged from ``checkpoint`` (default: the bound one) by any writer
+        and not folded yet."""
         out = np.zeros(self.n, dtype=bool)
-        for shadow in shadows(self.group):
+        for shadow in self.shadows(checkpoint):
             out |= shadow.rows(0, self.n)
         return out
 
-    def rows_done(self) -> np.ndarray:
-        """``[n]`` bool: rows committed in X or staged by any writer (nobody needs to redo them)."""
-        return np.repeat(self.done_chunks(), self.chunk_rows)[: self.n] | self.staged_rows()
+    def rows_done(self, checkpoint: str | None = None) -> np.ndarray:
+        """``[n]`` bool: rows committed in X or staged from ``checkpoint`` (default: the bound
+        one) by any writer: nobody needs to redo them."""
+        committed = np.repeat(self.done_chunks(), self.chunk_rows)[: self.n]
+        return committed | self.staged_rows(checkpoint)
 
-    def fold(self, chunks: np.ndarray | None = None) -> int:
+    def recorded_hashes(self, inds: np.ndarray, checkpoint: str | None = None) -> np.ndarray:
+        """``[B]`` uint64: the item hashes rows ``inds`` were featurised from, committed or
+        staged from ``checkpoint`` (default: the bound one; the shadow a fold would take); 0
+        for rows neither committed nor staged. Reads are checked (StoreDamagedError)."""
+        inds = np.asarray(inds, dtype=np.int64)
+        out = np.zeros(len(inds), dtype=np.uint64)
+        done = self.done_chunks()
+        writers: list[Shadow] | None = None
+        for c in np.unique(inds // self.chunk_rows).tolist():
+            start, end = c * self.chunk_rows, min(self.n, (c + 1) * self.chunk_rows)
+            mine = (inds >= start) & (inds < end)
+            local = inds[mine] - start
+            if done[c]:
+                want = np.zeros(end - start, dtype=bool)
+                want[local] = True
+                out[mine] = checked_read(self.H, (slice(start, end),), want)[local]
+                continue
+            writers = self.shadows(checkpoint) if writers is None else writers
+            found = np.zeros(len(local), dtype=np.uint64)
+            for w in writers:  # later writers win, as in fold
+                has = w.rows(start, end)
+                if has[local].any():
+                    hw = w.read_hashes(start, end, has)
+                    found = np.where(has[local], hw[local], found)
+            out[mine] = found
+        return out
+
+    def fold(self, chunks: np.ndarray | None = None, checkpoint: str | None = None) -> int:
         """Write and commit every chunk (of ``chunks``; default: all) that staged rows cover.
 
-        Call under the store lock. A full fold that leaves every chunk committed removes the
-        staging area.
+        Call under the store lock. Only rows staged from ``checkpoint`` are used (default: the
+        checkpoint the row set is bound to; given, the row set is bound to it first, as a
+        direct commit binds). X, Q and H move together, read checked. A full fold that leaves
+        every chunk committed removes the staging area.
 
         Returns:
             The number of chunks committed.
+
+        Raises:
+            StoreDamagedError: a staged chunk that a fold needs is damaged (``store repair``
+                drops that writer's shadow; its rows are then featurised again).
+            StoreMismatchError: committed rows come from another checkpoint, or two writers
+                staged one row from different items.
         """
         if chunks is None:
-            done = self.done_chunks()
-            todo = np.flatnonzero(~done)
+            todo = np.flatnonzero(~self.done_chunks())
         else:
             todo = np.unique(np.asarray(chunks, dtype=np.int64))
-            todo = todo[~np.asarray(self._done.get_orthogonal_selection(todo)).astype(bool)]
-        writers = shadows(self.group) if len(todo) else []
+            try:  # just these flags: a fold follows every TRAKer batch
+                flags = np.asarray(self._done.get_orthogonal_selection(todo))
+            except ValueError:  # a flag fails its checksum: name it
+                flags = self.done_chunks()[todo]
+            todo = todo[flags == 0]
+        writers = self.shadows(checkpoint) if len(todo) else []
         committed = 0
         for c in todo:
             start, end = int(c) * self.chunk_rows, min(self.n, (int(c) + 1) * self.chunk_rows)
             parts = [(w, w.rows(start, end)) for w in writers]
             if not np.logical_or.reduce([has for _, has in parts], initial=False).all():
                 continue
-            x = np.zeros((end - start, self.proj_dim), dtype=self.X.dtype)
-            q = None if self.Q is None else np.zeros(end - start, dtype=np.float32)
+            x = np.full((end - start, self.proj_dim), np.nan, dtype=self.X.dtype)
+            q = None if self.Q is None else np.full(end - start, np.nan, dtype=np.float32)
+            h = np.zeros(end - start, dtype=np.uint64)
             for w, has in parts:
                 if has.any():
-                    xw, qw = w.read(start, end)
-                    x[has] = xw[has]
+                    xw, qw, hw = w.read(start, end, has)
+                    clash = has & (h != 0) & (h != hw)
+                    if clash.any():
+                        raise StoreMismatchError(
+                            f"{self.group.path} in {store_location(self.group)}: "
+                            f"{describe_rows(np.flatnonzero(clash) + start)}: staged by two "
+                            "processes from different items (the data differs between them). "
+                            "Give every process the same data, and start afresh (a new store "
+                            "path, or TRAKer(overwrite=True))."
+                        )
+                    x[has], h[has] = xw[has], hw[has]
                     if q is not None and qw is not None:
                         q[has] = qw[has]
-            self.write(start, x, q)
+            if checkpoint is not None and committed == 0:
+                self.bind(checkpoint, fresh=True)  # as a direct commit binds; read afresh
+            self.write(start, x, q, h)
             self.commit(start, end)
             committed += 1
         if chunks is None and committed == len(todo) and staging(self.group) is not None:
@@ -251,11 +441,34 @@ class RowSet:
             self._own.clear()
         return committed
 
+    def uncommit_chunks(self, chunks: np.ndarray) -> None:
+        """Mark chunks not done (``store repair``), so the next run featurises them again: every
+        row of them, so rows of theirs still staged from before their commit are unflagged too
+        (they were never verified as part of the chunk)."""
+        for c in np.asarray(chunks, dtype=np.int64).tolist():
+            self._done[c : c + 1] = 0
+            for shadow in shadows(self.group):
+                delete_chunk(shadow.has, (c,))
+
+    def recommit_chunks(self, chunks: np.ndarray) -> None:
+        """Rewrite the flags of chunks whose data was verified whole (``store repair`` of an
+        unreadable flag: X is only ever written whole, before its flag)."""
+        for c in np.asarray(chunks, dtype=np.int64).tolist():
+            self._done[c : c + 1] = 1
+
     def read(self, start: int, end: int, proj_dim: int | None = None) -> np.ndarray:
-        """X rows ``[start, end)`` (the first ``proj_dim`` columns) as stored."""
-        return np.asarray(self.X[start:end, : proj_dim or self.proj_dim])
+        """X rows ``[start, end)`` (the first ``proj_dim`` columns) as stored; raises
+        StoreDamagedError for damaged chunks (see module docstring)."""
+        return checked_read(self.X, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
 
     def read_q(self, start: int, end: int) -> np.ndarray:
         if self.Q is None:
             raise ConfigError("this row set stores no Q (target rows have none).")
-        return np.asarray(self.Q[start:end])
+        return checked_read(self.Q, (slice(start, end),))
+
+    def read_hashes(self, rows: slice | np.ndarray, checked: bool = False) -> np.ndarray:
+        """``[len(rows)]`` uint64 item hashes as recorded (0: never written; ``checked``:
+        StoreDamagedError instead, for committed rows)."""
+        if isinstance(rows, slice):
+            return checked_read(self.H, (rows,)) if checked else np.asarray(self.H[rows])
+        return np.asarray(self.H.get_orthogonal_selection(np.asarray(rows, dtype=np.int64)))

@@ -1,16 +1,35 @@
-"""Score arrays of one (experiment, proj_dim, λ) variant: S and per-target top-k."""
+"""Score arrays of one (experiment, proj_dim, λ) variant: S and per-target top-k.
+
+Complete or absent, and a failed scoring keeps the previous scores: a new set is written into a
+partial group beside the variant (``<variant>.partial-<id>``), marked complete, then renamed into
+place (two directory renames; the previous set is removed only after the new one is in place).
+Readers only ever open ``<variant>`` and check its ``complete`` flag. Object stores have no
+rename: there the set is rewritten in place, complete flag last (complete or absent, but a
+failed rescoring loses the previous set).
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
+from zarr.storage import LocalStore
 
 from trak_dist.errors import StoreStateError
+from trak_dist.store._codecs import CHECKSUM
+from trak_dist.store._integrity import checked_read
 from trak_dist.store._zarr import array, attr_int
+from trak_dist.store._zarr import group as child
 
+logger = logging.getLogger(__name__)
 TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
+PARTIAL, OLD = ".partial-", ".old-"
 
 
 def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "mean_abs") -> str:
@@ -21,15 +40,28 @@ def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "me
     return name if kinv_scaling == "mean_abs" else f"{name}_rawkinv"
 
 
+def is_leftover(name: str) -> bool:
+    """A partial or replaced set left behind by a killed scoring (``store repair`` drops it)."""
+    return PARTIAL in name or OLD in name
+
+
+def _local_dir(node: zarr.Group) -> Path | None:
+    store = node.store_path.store
+    return Path(store.root) / node.path if isinstance(store, LocalStore) else None
+
+
 class ScoreSet:
     """``S [n, m]`` float32 plus the ``k`` highest (proponents) and lowest (opponents) train
-    examples of every target. Written by one process (the reducer); ``complete`` is set last.
+    examples of every target. Written by one process (the reducer); ``publish`` makes it the
+    variant's set.
     """
 
-    def __init__(self, group: zarr.Group) -> None:
+    def __init__(self, group: zarr.Group, parent: zarr.Group | None = None, name: str = "") -> None:
         self.group = group
         self.S = array(group, "S")
         self.topk = attr_int(group, "topk")
+        self._parent = parent
+        self._name = name
 
     @classmethod
     def create(
@@ -42,30 +74,45 @@ class ScoreSet:
         chunk_rows: int,
         attrs: dict[str, Any],
     ) -> ScoreSet:
-        group = parent.require_group(name)
-        for key in list(group.keys()):
-            del group[key]
+        """An empty set; the variant's current set (if any) stays readable until ``publish``."""
+        base = _local_dir(parent)
+        for key in list(parent.group_keys()):
+            if key.startswith(name + PARTIAL) or key.startswith(name + OLD):
+                del parent[key]  # a killed scoring's leftovers: one scorer per variant at a time
+        if base is None:
+            group = parent.require_group(name)
+            for key in list(group.keys()):
+                del group[key]
+        else:
+            group = parent.create_group(f"{name}{PARTIAL}{uuid.uuid4().hex[:12]}")
         group.attrs.update({**attrs, "topk": int(topk), "complete": False})
         group.create_array(
             "S",
             shape=(n, m),
             chunks=(min(n, chunk_rows), min(m, 1024)),
             dtype="float32",
-            compressors=None,
-            fill_value=0,
+            compressors=CHECKSUM,
+            fill_value=np.nan,
         )
         k = min(topk, n)
         for key in TOPK_ARRAYS:
-            dtype = "int64" if key.endswith("idx") else "float32"
+            idx = key.endswith("idx")
             group.create_array(
                 key,
                 shape=(m, k),
                 chunks=(min(m, 4096), max(k, 1)),
-                dtype=dtype,
-                compressors=None,
-                fill_value=0,
+                dtype="int64" if idx else "float32",
+                compressors=CHECKSUM,
+                fill_value=-1 if idx else np.nan,
             )
-        return cls(group)
+        return cls(group, parent, name)
+
+    def __enter__(self) -> ScoreSet:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self.discard()
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -76,8 +123,30 @@ class ScoreSet:
     def complete(self) -> bool:
         return bool(self.group.attrs.get("complete", False))
 
-    def mark_complete(self) -> None:
+    def publish(self) -> ScoreSet:
+        """Mark complete (all data is written) and put the set in place; returns it there."""
         self.group.attrs["complete"] = True
+        if self._parent is None or self.group.basename == self._name:
+            return self
+        base = _local_dir(self._parent)
+        assert base is not None  # partial groups exist only in local stores
+        final, old = base / self._name, None
+        if final.exists():
+            old = base / f"{self._name}{OLD}{uuid.uuid4().hex[:12]}"
+            os.rename(final, old)
+        os.rename(base / self.group.basename, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return ScoreSet(child(self._parent, self._name))
+
+    def discard(self) -> None:
+        """Remove a partial set after a failed scoring (best effort: the disk may be full)."""
+        if self._parent is None or self.group.basename == self._name:
+            return
+        try:
+            del self._parent[self.group.basename]
+        except OSError as e:
+            logger.warning("could not remove the partial scores %s: %s", self.group.path, e)
 
     def write_block(self, r0: int, c0: int, block: np.ndarray) -> None:
         self.S[r0 : r0 + block.shape[0], c0 : c0 + block.shape[1]] = block
@@ -87,11 +156,29 @@ class ScoreSet:
             v = values[key]
             array(self.group, key)[c0 : c0 + v.shape[0]] = v
 
+    def _check_complete(self) -> None:
+        if not self.complete:
+            raise StoreStateError(
+                f"the scores at {self.group.path} were not completed (a scoring stopped "
+                "midway); rerun the scoring."
+            )
+
     def scores(self) -> np.ndarray:
         """S as one ``[n, m]`` array (reads it whole: mind its size)."""
-        if not self.complete:
-            raise StoreStateError("these scores were not completed; rerun finalize/score.")
-        return np.asarray(self.S[:])
+        self._check_complete()
+        return checked_read(self.S, (slice(0, self.S.shape[0]), slice(0, self.S.shape[1])))
+
+    def read_rows(self, r0: int, r1: int) -> np.ndarray:
+        """Rows ``[r0, r1)`` of S, ``[r1 - r0, m]`` (checked: a damaged chunk is an error)."""
+        self._check_complete()
+        return checked_read(
+            self.S, (slice(r0, min(r1, self.S.shape[0])), slice(0, self.S.shape[1]))
+        )
 
     def read_topk(self) -> dict[str, np.ndarray]:
-        return {key: np.asarray(array(self.group, key)[:]) for key in TOPK_ARRAYS}
+        self._check_complete()
+        out = {}
+        for key in TOPK_ARRAYS:
+            arr = array(self.group, key)
+            out[key] = checked_read(arr, (slice(0, arr.shape[0]), slice(0, arr.shape[1])))
+        return out

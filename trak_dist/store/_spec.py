@@ -13,10 +13,20 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
+from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 
-# 2: row sets may hold ``staged/<writer>/`` shadows of rows not yet folded into X (_rows.py);
-#    score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
-#    named ``p<k>_lambdaauto``; an ``eval/<exp>`` group holds the LDS's subset models (EvalSet).
+# 2 (issues 9, 10, 11 and 12 together; version 1 stores are refused by FeatureStore):
+#    - chunks carry a crc32c and fill values are sentinels (NaN, -1, 0), so a damaged, missing or
+#      unwritten chunk is detected on read (store/_integrity.py);
+#    - row sets hold per-row item hashes H, and the dataset fingerprint covers every row;
+#    - row sets may hold ``staged/<writer>/`` shadows (X, Q, H, has) of rows not yet folded into
+#      X (_rows.py), and the checkpoint a row set is bound to at its first commit;
+#    - commit and done flags are checksummed; reductions (xtx, factors) carry a ``complete`` flag
+#      and score sets are written beside the variant (``<variant>.partial-<id>``) and renamed in;
+#    - score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
+#      named ``p<k>_lambdaauto``;
+#    - an ``eval/<exp>`` group holds the LDS's subset models (EvalSet), checksummed, done per model;
+#    - FeatureSpec.projection_params records what else defines a Kronecker projection.
 FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 
@@ -105,23 +115,13 @@ def _update_with_tensor(h: Any, t: torch.Tensor | np.ndarray) -> None:
         h.update(np.ascontiguousarray(t).tobytes())
 
 
-def dataset_fingerprint(dataset: Any, samples: int = 64) -> str:
-    """A cheap content hash: the length and ``samples`` evenly spaced items.
+def dataset_fingerprint(dataset: Any) -> str:
+    """A content hash of every item, in order (``fingerprint`` of its row hashes).
 
-    Catches a different dataset, order or size; pass your own fingerprint when items are too
-    expensive to read twice.
+    It reads each item once; pass your own fingerprint when that is too expensive (rows are
+    then still checked against their stored hashes whenever a rerun reuses them).
     """
-    n = len(dataset)
-    h = hashlib.blake2b(digest_size=16)
-    h.update(str(n).encode())
-    for i in np.unique(np.linspace(0, max(n - 1, 0), num=min(samples, n), dtype=np.int64)):
-        item = dataset[int(i)]
-        for part in item if isinstance(item, (tuple, list)) else (item,):
-            if isinstance(part, (torch.Tensor, np.ndarray)):
-                _update_with_tensor(h, part)
-            else:
-                h.update(repr(part).encode())
-    return h.hexdigest()
+    return fingerprint(dataset_row_hashes(dataset))
 
 
 def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:

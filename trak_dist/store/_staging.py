@@ -4,13 +4,23 @@ traker lets any process fill any rows of a row set (``featurize(batch, inds=…)
 per shard, boundaries anywhere). Zarr stores whole chunks, so two processes writing rows of one
 chunk read-modify-write the same key and one loses the other's rows, silently. A writer therefore
 puts rows that do not fill a whole chunk into its own *shadow* arrays under
-``staged/<writer>/`` (``X``, ``Q``, ``has``: the same shape and chunking as the row set's, so a
-row keeps its index), keys that no other process ever writes. ``RowSet.fold`` merges the shadows
-of every writer chunk by chunk and writes a chunk of X only when their union covers it, whole.
+``staged/<writer>/`` (``X``, ``Q``, ``H``, ``has``: the same shape and chunking as the row
+set's, so a row keeps its index), keys that no other process ever writes. ``RowSet.fold`` merges
+the shadows of every writer chunk by chunk and writes a chunk of X only when their union covers
+it, whole.
 
-Write order: ``X`` and ``Q`` first, the ``has`` flags last. Every key is replaced atomically
-(LocalStore writes a temporary file and renames it), so a reader that sees a row's flag also
-sees its data, and a writer killed mid-batch leaves rows without flags: not done, recomputed.
+Write order: ``X``, ``Q`` and ``H`` first, the ``has`` flags last. Every key is replaced
+atomically (LocalStore writes a temporary file and renames it), so a reader that sees a row's
+flag also sees its data, and a writer killed mid-batch leaves rows without flags: not done,
+recomputed.
+
+Integrity (``store/_integrity.py``) holds here as for committed rows: every chunk carries a
+crc32c, fill values are sentinels (NaN, NaN, 0), and a staged row carries its item hash, so a
+rerun that reuses it checks the item it came from. A shadow records the checkpoint its writer
+had loaded (attribute ``checkpoint``): rows staged from another checkpoint than the one the row
+set is bound to are never folded nor reused. Reads check what a flagged row must hold: a
+damaged shadow is a StoreDamagedError naming the staged chunk (``trak-dist store repair``
+drops that writer's shadow, and its rows are featurised again).
 """
 
 from __future__ import annotations
@@ -21,37 +31,53 @@ import numpy as np
 import zarr
 from zarr.errors import ContainsGroupError
 
+from trak_dist.store._codecs import CHECKSUM
+from trak_dist.store._integrity import STAGED, checked_read
 from trak_dist.store._zarr import array, group, quiet_foreign_nodes
 
-STAGED = "staged"
+CHECKPOINT = "checkpoint"
 
 
 class Shadow:
     """One writer's staged rows of a row set.
 
     Args:
-        node: the group ``staged/<writer>`` holding ``X`` (``[n, p]``), ``has`` (``[n]`` uint8)
-            and optionally ``Q`` (``[n]``).
+        node: the group ``staged/<writer>`` holding ``X`` (``[n, p]``), ``H`` (``[n]`` uint64),
+            ``has`` (``[n]`` uint8) and optionally ``Q`` (``[n]``).
     """
 
     def __init__(self, node: zarr.Group) -> None:
         self.name = node.basename
+        self.checkpoint: str | None = node.attrs.get(CHECKPOINT)  # type: ignore[assignment]
         self.X = array(node, "X")
         self.Q = array(node, "Q") if "Q" in node else None
+        self.H = array(node, "H")
         self.has = array(node, "has")
 
     @classmethod
     def open_or_create(
-        cls, rows_group: zarr.Group, writer: str, like: zarr.Array[Any], with_q: bool
+        cls,
+        rows_group: zarr.Group,
+        writer: str,
+        like: zarr.Array[Any],
+        with_q: bool,
+        checkpoint: str | None,
     ) -> Shadow:
-        """``writer``'s shadow arrays beside the row set's ``X`` (``like``), created if new."""
+        """``writer``'s shadow arrays beside the row set's ``X`` (``like``), created if new.
+
+        A shadow of this writer staged from another checkpoint (the same TRAKer loading a new
+        checkpoint under one model_id) is discarded first: its rows belong to the old one.
+        """
         staged = staging(rows_group, create=True)
         assert staged is not None  # created above
-        if writer in staged and "has" in group(staged, writer):
-            return cls(group(staged, writer))
-        # only this writer ever writes these keys, so a shadow half made by an earlier attempt
-        # of this process is simply made again (overwrite=True)
-        node = staged.require_group(writer)
+        if writer in staged:
+            node = group(staged, writer)
+            if "has" in node and node.attrs.get(CHECKPOINT) == checkpoint:
+                return cls(node)
+            # only this writer ever writes these keys: a shadow half made by an earlier attempt
+            # of this process, or one of another checkpoint, is simply made again
+            del staged[writer]
+        node = staged.create_group(writer, attributes={CHECKPOINT: checkpoint})
         n, p = like.shape
         chunk = like.chunks[0]
         node.create_array(
@@ -59,9 +85,8 @@ class Shadow:
             shape=(n, p),
             chunks=(chunk, p),
             dtype=like.dtype,
-            compressors=None,
-            fill_value=0,
-            overwrite=True,
+            compressors=CHECKSUM,
+            fill_value=np.nan,
         )
         if with_q:
             node.create_array(
@@ -69,37 +94,53 @@ class Shadow:
                 shape=(n,),
                 chunks=(chunk,),
                 dtype="float32",
-                compressors=None,
-                fill_value=0,
-                overwrite=True,
+                compressors=CHECKSUM,
+                fill_value=np.nan,
             )
+        node.create_array(
+            "H", shape=(n,), chunks=(chunk,), dtype="uint64", compressors=CHECKSUM, fill_value=0
+        )
         # created last: a shadow without it is a writer killed while creating it, and is skipped
         node.create_array(
-            "has",
-            shape=(n,),
-            chunks=(chunk,),
-            dtype="uint8",
-            compressors=None,
-            fill_value=0,
-            overwrite=True,
+            "has", shape=(n,), chunks=(chunk,), dtype="uint8", compressors=CHECKSUM, fill_value=0
         )
         return cls(node)
 
-    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None) -> None:
+    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
         """Stage rows ``inds`` (sorted, unique); their flags are set after their data."""
         self.X.set_orthogonal_selection((inds, slice(None)), x.astype(self.X.dtype, copy=False))
         if q is not None and self.Q is not None:
             self.Q.set_orthogonal_selection(inds, q.astype(np.float32, copy=False))
+        self.H.set_orthogonal_selection(inds, h.astype(np.uint64, copy=False))
         self.has.set_orthogonal_selection(inds, np.ones(len(inds), np.uint8))
 
     def rows(self, start: int, end: int) -> np.ndarray:
-        """``[end - start]`` bool: which rows of ``[start, end)`` this writer staged."""
-        return np.asarray(self.has[start:end]).astype(bool)
+        """``[end - start]`` bool: which rows of ``[start, end)`` this writer staged.
 
-    def read(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """X (and Q) rows ``[start, end)``; only the rows flagged by ``rows`` are meaningful."""
-        q = None if self.Q is None else np.asarray(self.Q[start:end])
-        return np.asarray(self.X[start:end]), q
+        Raises:
+            StoreDamagedError: a chunk of the flags fails its checksum. (A missing flag chunk
+                reads as "not staged": those rows are featurised again, which is safe.)
+        """
+        none = np.zeros(end - start, dtype=bool)  # no row must hold a flag: checksum only
+        return checked_read(self.has, (slice(start, end),), none).astype(bool)
+
+    def read(
+        self, start: int, end: int, has: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """X, Q and H rows ``[start, end)``, checked where ``has`` (from ``rows``) flags them;
+        the other rows are the fill values.
+
+        Raises:
+            StoreDamagedError: a chunk fails its checksum, or a flagged row is missing or
+                non-finite.
+        """
+        x = checked_read(self.X, (slice(start, end), slice(0, self.X.shape[1])), has)
+        q = None if self.Q is None else checked_read(self.Q, (slice(start, end),), has)
+        return x, q, self.read_hashes(start, end, has)
+
+    def read_hashes(self, start: int, end: int, has: np.ndarray) -> np.ndarray:
+        """H rows ``[start, end)``, checked where ``has`` flags them (see ``read``)."""
+        return checked_read(self.H, (slice(start, end),), has)
 
 
 def staging(rows_group: zarr.Group, create: bool = False) -> zarr.Group | None:

@@ -1,0 +1,71 @@
+"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (see store/_verify.py).
+
+Exit codes: 0 the store is sound (verify) or was repaired (repair); 1 problems were found
+(verify) or some are not repairable (repair); 2 not a store we can check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trak_dist.errors import TrakDistError
+from trak_dist.store._verify import Report, repair, verify
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="trak-dist store",
+        description="Check a trak_dist store's chunks, reductions and metadata, or repair it so "
+        "that the next run recomputes exactly what was damaged.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("verify", "read every committed chunk and reduction; list what is damaged"),
+        ("repair", "un-commit damaged chunks and drop what was derived from them"),
+    ):
+        sub.add_parser(name, help=text).add_argument("path", help="the store directory")
+    return p
+
+
+def _print_problems(report: Report) -> None:
+    for p in report.problems:
+        print(f"  - {p.what}")
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "verify":
+            report = verify(args.path)
+            if not report.problems:
+                print(
+                    f"{report.where}: sound ({report.chunks_checked} committed chunks and every "
+                    "reduction read back intact)."
+                )
+                return 0
+            print(f"{report.where}: {len(report.problems)} problem(s):")
+            _print_problems(report)
+            if any(p.repairable for p in report.problems):
+                print(
+                    f"Run `trak-dist store repair {report.where}`, then rerun the job: only the "
+                    "damaged chunks are featurised again."
+                )
+            return 1
+        report, actions = repair(args.path)
+    except TrakDistError as e:
+        print(f"trak-dist store: error: {e}", file=sys.stderr)
+        return 2
+    if not report.problems and not actions:
+        print(f"{report.where}: nothing to repair ({report.chunks_checked} chunks checked).")
+        return 0
+    print(f"{report.where}: {len(report.problems)} problem(s):")
+    _print_problems(report)
+    for a in actions:
+        print(f"repair: {a}")
+    left = [p for p in report.problems if not p.repairable]
+    if left:
+        print(f"{len(left)} problem(s) cannot be repaired (see above).")
+        return 1
+    print("Rerun the same command (or TRAKer calls): it recomputes what was dropped.")
+    return 0

@@ -1,0 +1,121 @@
+"""Content hashes of train and target items: one 64-bit hash per row, and the fingerprint of a
+whole dataset built from them.
+
+Workers and ``TRAKer`` hash the rows they featurise (from the collated batch, so an item hashes
+the same whether it came from a dataset or from a user's DataLoader) and store the hashes with
+the rows (``H`` of a RowSet). A rerun that reuses committed rows hashes its items again and
+compares: a changed row is an error naming it, never silently reused features. Hashing a row
+costs a copy and a blake2b of its bytes, far less than its gradient.
+
+The dataset fingerprint in a store's spec is the hash of every row's hash (``fingerprint``), so
+the driver's up-front check covers every row, and on a mismatch the stored per-row hashes name
+the rows that changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from trak_dist.errors import StoreMismatchError
+
+BLOCK = 1024
+
+
+def _fields(batch: Any) -> list[tuple[str, Any]]:
+    if isinstance(batch, Mapping):
+        return [(str(k), v) for k, v in batch.items()]
+    if isinstance(batch, (list, tuple)):
+        return [(str(i), v) for i, v in enumerate(batch)]
+    return [("0", batch)]
+
+
+def _row_bytes(value: Any, size: int) -> list[bytes]:
+    """Each row's bytes of one field of a batch with ``size`` rows."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        header = f"{tuple(t.shape[1:])}{t.dtype}".encode()
+        # via uint8 so that dtypes numpy lacks (bfloat16) hash too
+        raw = t.reshape(size, -1).view(torch.uint8).numpy()
+        return [header + r.tobytes() for r in raw]
+    if isinstance(value, np.ndarray):
+        a = np.ascontiguousarray(value)
+        header = f"{a.shape[1:]}{a.dtype}".encode()
+        return [header + r.tobytes() for r in a.reshape(size, -1)]
+    if isinstance(value, (list, tuple)) and len(value) == size:
+        return [repr(v).encode() for v in value]
+    return [repr(value).encode()] * size
+
+
+def batch_rows(batch: Any) -> int:
+    for _, value in _fields(batch):
+        if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim:
+            return int(value.shape[0])
+        if isinstance(value, (list, tuple)):
+            return len(value)
+    raise ValueError(f"cannot tell the number of rows of a {type(batch).__name__} batch")
+
+
+def row_hashes(batch: Any) -> np.ndarray:
+    """``[B]`` uint64: a hash of each row of a collated batch (every field, its name, dtype
+    and shape). Never 0, the store's value for "not written"."""
+    size = batch_rows(batch)
+    parts = [(name.encode(), _row_bytes(value, size)) for name, value in _fields(batch)]
+    out = np.empty(size, dtype=np.uint64)
+    for i in range(size):
+        h = hashlib.blake2b(digest_size=8)
+        for name, rows in parts:
+            h.update(name)
+            h.update(len(rows[i]).to_bytes(8, "little"))
+            h.update(rows[i])
+        out[i] = int.from_bytes(h.digest(), "little") or 1
+    return out
+
+
+def dataset_row_hashes(dataset: Any, block: int = BLOCK) -> np.ndarray:
+    """``[len(dataset)]`` uint64 row hashes of a map-style dataset, as workers compute them."""
+    from trak_dist.sources import batch_of  # collated exactly as the workers collate
+
+    n = len(dataset)
+    out = [row_hashes(batch_of(dataset, s, min(n, s + block))) for s in range(0, n, block)]
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)
+
+
+def fingerprint(hashes: np.ndarray) -> str:
+    """The fingerprint of a dataset from its row hashes (covers every row and the order)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"rows:{len(hashes)}".encode())
+    h.update(np.ascontiguousarray(hashes, dtype="<u8").tobytes())
+    return h.hexdigest()
+
+
+def describe_rows(rows: np.ndarray, limit: int = 10) -> str:
+    """``rows 3, 17 and 5 more`` for an error message."""
+    rows = np.asarray(rows)
+    shown = ", ".join(str(int(r)) for r in rows[:limit])
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return f"row{'s' if len(rows) > 1 else ''} {shown}{more}"
+
+
+def check_unchanged(
+    stored: np.ndarray, fresh: np.ndarray, rows: np.ndarray, what: str, where: str
+) -> None:
+    """Raise StoreMismatchError naming the ``rows`` whose ``fresh`` hashes differ from the
+    ``stored`` ones (0: never written, not compared).
+
+    Args:
+        what: ``train`` or ``target``, with the model_id, for the message.
+    """
+    changed = np.asarray(rows)[(stored != 0) & (stored != fresh)]
+    if len(changed):
+        raise StoreMismatchError(
+            f"the {what} data changed since the store at {where} was featurised: "
+            f"{describe_rows(changed)} {'differs' if len(changed) == 1 else 'differ'} from the "
+            "items the stored features were computed from. Use a new store path for the new data "
+            "(or overwrite this one: "
+            "store.overwrite=true, TRAKer(overwrite=True))."
+        )

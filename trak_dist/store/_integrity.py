@@ -1,0 +1,239 @@
+"""Reads that check what they read, and the scan for unreadable metadata.
+
+Every data array carries a crc32c checksum per chunk (Zarr v3's ``crc32c`` codec, last in the
+chain) and a fill value that committed data never holds (``SENTINEL``: NaN for floats, -1 for
+indices, 0 for row hashes). A read therefore catches the three ways a chunk goes bad:
+
+- its bytes changed: the checksum fails (Zarr raises ``ValueError``);
+- its file is gone: Zarr returns the fill value in its place;
+- it holds non-finite values: features that should never have been committed.
+
+Only on failure are the rows re-read chunk by chunk, to name the damaged chunks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.core.sync import sync
+
+from trak_dist.errors import StoreDamagedError
+
+STAGED = "staged"  # a row set's group of writers' staged rows (store/_staging.py)
+EVAL = "eval"  # the LDS's subset models (store/_eval.py), made by the first `trak-dist eval`
+# the store's top-level groups; nothing else is ours (eval/ only once it exists, see
+# unreadable_metadata)
+CONTAINERS = ("train", "targets", "scores", EVAL)
+KINDS = {
+    "checksum": "fails its checksum (its bytes changed on disk)",
+    "missing": "is missing, though committed",
+    "unset": "reads as the fill value: rows of it were never written",
+    "non-finite": "holds non-finite values",
+    "unreadable": "cannot be decoded",
+    "mismatch": "differs from the subset its settings define",
+}
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged chunk: ``array`` is its path in the store (``train/0/X``), ``region`` the
+    ``[start, end)`` it covers along each dimension."""
+
+    array: str
+    chunk: tuple[int, ...]
+    region: tuple[tuple[int, int], ...]
+    kind: str
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        return self.region[0]
+
+    def __str__(self) -> str:
+        if self.array.startswith(f"{EVAL}/"):  # one chunk per subset model (store/_eval.py)
+            return f"{self.array} of subset model {self.chunk[0]} {KINDS[self.kind]}"
+        where = f"rows [{self.rows[0]}, {self.rows[1]})"
+        if len(self.region) > 1 and self.chunk[1:] != (0,) * (len(self.chunk) - 1):
+            where += ", cols " + ", ".join(f"[{a}, {b})" for a, b in self.region[1:])
+        chunk = self.chunk[0] if len(self.chunk) == 1 or not any(self.chunk[1:]) else self.chunk
+        what = KINDS[self.kind]
+        if f"/{STAGED}/" in self.array:  # a writer's staged rows (store/_staging.py)
+            what = what.replace("though committed", "though rows of it are staged")
+        return f"{self.array} chunk {chunk} ({where}) {what}"
+
+
+def store_location(arr: zarr.Array[Any] | zarr.Group) -> str:
+    """The store's root as the user named it (a directory for local stores)."""
+    store = arr.store_path.store
+    root = getattr(store, "root", None)
+    return str(root) if root is not None else str(store)
+
+
+def damaged_error(damage: list[Damage], where: str) -> StoreDamagedError:
+    listed = "\n  - ".join(str(d) for d in damage[:20])
+    more = f"\n  - … and {len(damage) - 20} more" if len(damage) > 20 else ""
+    again = (
+        "only these subset models are trained again"
+        if all(d.array.startswith(f"{EVAL}/") for d in damage)
+        else "only these chunks are featurised again (and what was reduced from them is recomputed)"
+    )
+    return StoreDamagedError(
+        f"{len(damage)} damaged chunk(s) in the store at {where}:\n  - {listed}{more}\n"
+        f"Run `trak-dist store repair {where}`, then rerun the same command: {again}.",
+        damage,
+    )
+
+
+def bad_values(values: np.ndarray) -> np.ndarray:
+    """Elementwise: where ``values`` hold the fill value or a non-finite number."""
+    if values.dtype == np.float16 and values.flags.c_contiguous:
+        # numpy emulates float16 arithmetic: testing the exponent bits is ~3x faster than
+        # isfinite (every read of X runs this)
+        return (values.view(np.uint16) & 0x7C00) == 0x7C00
+    if values.dtype.kind == "f":
+        return ~np.isfinite(values)
+    if values.dtype.kind == "u":
+        return values == 0  # row hashes (0 is the fill value)
+    if values.dtype.kind == "i":
+        return values < 0  # indices (-1 is the fill value)
+    return np.zeros(values.shape, dtype=bool)
+
+
+def _chunk_region(arr: zarr.Array[Any], coords: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    return tuple(
+        (c * size, min(c * size + size, dim))
+        for c, size, dim in zip(coords, arr.chunks, arr.shape, strict=True)
+    )
+
+
+def chunk_damage(
+    arr: zarr.Array[Any], coords: tuple[int, ...], rows: np.ndarray | None = None
+) -> Damage | None:
+    """Read one whole chunk; what is wrong with it, or None.
+
+    Args:
+        rows: ``[rows of the chunk]`` bool, the rows that must hold data (default: all). The
+            others may read as the fill value: a writer's staged rows fill only part of a
+            chunk. With no row set, only the chunk's bytes are checked (its checksum).
+    """
+    region = _chunk_region(arr, coords)
+    key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
+
+    def found(kind: str) -> Damage:
+        return Damage(arr.path, coords, region, kind)
+
+    needed = rows is None or bool(np.any(rows))
+    if not sync(arr.store_path.store.exists(key)):
+        return found("missing") if needed else None
+    try:
+        values = np.asarray(arr[tuple(slice(a, b) for a, b in region)])
+    except ValueError as e:
+        return found("checksum" if "checksum" in str(e) else "unreadable")
+    bad = bad_values(values)
+    if rows is not None:
+        bad, values = bad[rows], values[rows]
+    if bad.any():
+        return found(
+            "non-finite" if values.dtype.kind == "f" and not np.isnan(values).all() else "unset"
+        )
+    return None
+
+
+def delete_chunk(arr: zarr.Array[Any], coords: tuple[int, ...]) -> None:
+    """Remove one chunk's stored bytes (it then reads as the fill value: not written)."""
+    sync(arr.store_path.store.delete(f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"))
+
+
+def locate(
+    arr: zarr.Array[Any], region: tuple[tuple[int, int], ...], rows: np.ndarray | None = None
+) -> list[Damage]:
+    """The damaged chunks among those covering ``region`` (``rows``: see ``checked_read``)."""
+    spans = [
+        range(a // size, -(-b // size)) for (a, b), size in zip(region, arr.chunks, strict=True)
+    ]
+    found = []
+    for coords in itertools.product(*spans):
+        must = None
+        if rows is not None:  # the chunk's rows: only those of region flagged in rows
+            lo, hi = _chunk_region(arr, coords)[0]
+            must = np.zeros(hi - lo, dtype=bool)
+            a, b = max(lo, region[0][0]), min(hi, region[0][1])
+            must[a - lo : b - lo] = rows[a - region[0][0] : b - region[0][0]]
+        found.append(chunk_damage(arr, coords, must))
+    return [d for d in found if d is not None]
+
+
+def checked_read(
+    arr: zarr.Array[Any], selection: tuple[slice, ...], rows: np.ndarray | None = None
+) -> np.ndarray:
+    """``arr[selection]`` (slices with explicit bounds), or StoreDamagedError naming the
+    damaged chunks (checksum failed, chunk missing, non-finite values).
+
+    Args:
+        rows: ``[selected rows]`` bool, the rows that must hold data (default: all); the others
+            may read as the fill value (staged rows, ``store/_staging.py``).
+    """
+    region = tuple(
+        (s.start or 0, dim if s.stop is None else min(s.stop, dim))
+        for s, dim in zip(selection, arr.shape, strict=False)
+    )
+    region += tuple((0, dim) for dim in arr.shape[len(region) :])
+    try:
+        values = np.asarray(arr[selection])
+    except ValueError as e:
+        damage = locate(arr, region, rows)
+        if not damage:
+            raise
+        raise damaged_error(damage, store_location(arr)) from e
+    bad = bad_values(values)
+    if rows is not None:
+        bad = bad[rows]
+    if bad.any():
+        damage = locate(arr, region, rows)
+        if damage:
+            raise damaged_error(damage, store_location(arr))
+    return values
+
+
+def unreadable_metadata(root: str | Path) -> list[str]:
+    """Node paths (``""`` for the root) of a local store whose ``zarr.json`` is missing, cut
+    short or not Zarr v3 metadata. Chunk directories are not entered, nor folders beside the
+    store's own containers: a traker ``save_dir`` holds traker's folders too. ``eval/`` is
+    entered only when it has metadata of its own (``trak-dist eval`` makes it; a folder of that
+    name without it is someone else's)."""
+    base = Path(root)
+    bad: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base):
+        rel = Path(dirpath).relative_to(base).as_posix()
+        rel = "" if rel == "." else rel
+        node_type = _node_type(Path(dirpath) / "zarr.json") if "zarr.json" in filenames else None
+        if node_type is None:
+            bad.append(rel)
+        if rel == "":
+            dirnames[:] = [
+                d
+                for d in dirnames
+                if d in CONTAINERS and (d != EVAL or (Path(dirpath) / d / "zarr.json").exists())
+            ]
+        elif node_type != "group":
+            # an array's chunks (or a node we cannot read): nothing below is metadata we own
+            dirnames[:] = [d for d in dirnames if d != "c"] if node_type is None else []
+        dirnames.sort()
+    return bad
+
+
+def _node_type(path: Path) -> str | None:
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("zarr_format") != 3:
+        return None
+    kind = meta.get("node_type")
+    return kind if kind in ("group", "array") else None
