@@ -2,7 +2,9 @@
 
 The GPU projection benchmark runs on its own: ``python benchmarks/gpu_projection.py``; so do
 the GPT-2 ones, tens of minutes each: ``python -m benchmarks.gpt2_featurize`` and
-``python -m benchmarks.kronecker_quality``.
+``python -m benchmarks.kronecker_quality``, and the LDS ones, which train hundreds of subset
+models: ``python -m benchmarks.lds`` (λ rule, ~40 min), ``python -m benchmarks.lds_rules`` and
+``python -m benchmarks.lds_projection`` (Kronecker vs dense, ~15 min).
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """GPT-2-architecture language models from configs (random init, no download), text that ships
-with Python, and a next-token output for the benchmarks.
-
-The ``causal_lm`` task is another stream's; until it is on main these benchmarks use
-:class:`NextTokenMargins`, TRAK's sequence output written out here.
-"""
+with Python, and their training loss, for the benchmarks (which attribute them with the
+``causal_lm`` task, as users do)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
 
 import torch
 from torch import Tensor, nn
-
-from trak_dist.tasks import ModelOutput, margin
 
 # (n_embd, n_layer, n_head, vocab): about 1M, 25M and 100M parameters at 128 positions
 SIZES = {
@@ -70,37 +64,6 @@ def byte_sequences(n: int, length: int, offset: int = 0) -> Tensor:
     if offset + n > count:
         raise ValueError(f"only {count} windows of {length} bytes; asked for {offset + n}")
     return data[: count * length].reshape(count, length)[offset : offset + n]
-
-
-class NextTokenMargins(ModelOutput):
-    """f = Σ_t log p(y_t)/(1 − p(y_t)) over next-token positions with a mask (TRAK's output for
-    a sequence: the sum of per-token margins); Q = mean_t (1 − p(y_t)). A sample is
-    ``(input_ids, attention_mask)``."""
-
-    @staticmethod
-    def _margins(logits: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
-        b, t, v = logits.shape
-        per = margin(logits[:, :-1].reshape(-1, v), ids[:, 1:].reshape(-1)).reshape(b, t - 1)
-        return (per * mask[:, 1:].to(per.dtype)).sum(1)
-
-    def get_output(self, model: Any, weights: Any, buffers: Any, *sample: Tensor) -> Tensor:
-        ids, mask = sample
-        kwargs = {"input_ids": ids[None], "attention_mask": mask[None]}
-        out = torch.func.functional_call(model, (weights, buffers), args=(), kwargs=kwargs)
-        return self._margins(out.logits, ids[None], mask[None]).sum()
-
-    def get_outputs(self, model: nn.Module, batch: Any) -> Tensor:
-        ids, mask = batch
-        return self._margins(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
-
-    def get_out_to_loss_grad(self, model: Any, weights: Any, buffers: Any, batch: Any) -> Tensor:
-        ids, mask = batch
-        kwargs = {"input_ids": ids, "attention_mask": mask}
-        logits = torch.func.functional_call(model, (weights, buffers), args=(), kwargs=kwargs)
-        logits = logits.logits[:, :-1]
-        p = torch.softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
-        m = mask[:, 1:].to(p.dtype)
-        return ((1 - p) * m).sum(1) / m.sum(1).clamp_min(1)
 
 
 def lm_loss(model: nn.Module, ids: Tensor, mask: Tensor) -> Tensor:

@@ -10,9 +10,12 @@ micro-batch also runs its sum check); the median is reported:
 - ``train step``: forward + backward of the mean next-token cross-entropy (train mode, no
   optimiser step), the yardstick;
 - ``hooks + kronecker``, ``hooks + dense``, ``vmap + dense``: ``Featurizer.featurize`` (X and Q)
-  with the output ``NextTokenMargins`` (the sum of next-token margins; Q needs one more
-  forward), proj_dim ``--proj-dim``; dense = the torch Rademacher projector, which regenerates
-  P every micro-batch once d·p·4 bytes exceed its 512 MiB cache.
+  with the ``causal_lm`` task (the sum of next-token margins; the hook engine takes Q from the
+  same forward pass, vmap runs one more), proj_dim ``--proj-dim``; dense = the torch
+  Rademacher projector, whose P is generated once into a 512 MiB cache at one bit per entry
+  and regenerated every micro-batch beyond it (d·p > 4.3·10⁹);
+- ``hooks + kronecker, Q apart``: the same X, with Q from a forward pass of its own (as for a
+  task without ``get_outputs_and_q``).
 
 Dense variants run only where d ≤ ``--dense-max-d``: beyond it, regenerating P costs d·p hash
 evaluations per micro-batch; the table then says so with the time that would take at the hash
@@ -35,11 +38,12 @@ from collections.abc import Callable
 import psutil
 import torch
 
-from benchmarks._gpt2 import SIZES, NextTokenMargins, gpt2, lm_loss
+from benchmarks._gpt2 import SIZES, gpt2, lm_loss
 from benchmarks._table import table
 from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import GradientComputer, HookGradientComputer
 from trak_dist.projection import KroneckerProjector, rademacher_block
+from trak_dist.tasks import resolve_task
 
 TOKENS = 128
 MB = 2**20
@@ -103,10 +107,16 @@ def featurize(f: Featurizer) -> Callable[[tuple[torch.Tensor, torch.Tensor]], No
     return lambda batch: f.featurize(batch, 0)
 
 
+def featurize_q_apart(f: Featurizer) -> Callable[[tuple[torch.Tensor, torch.Tensor]], None]:
+    """X, then Q from a forward pass of its own (the path of a task without
+    ``get_outputs_and_q``): what the fused Q saves."""
+    return lambda batch: (f.project(batch, 0), f.computer.out_to_loss(batch))
+
+
 def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[object]]:
     model = gpt2(size, TOKENS)
     d = sum(p.numel() for p in model.parameters())
-    task = NextTokenMargins()
+    task = resolve_task("causal_lm")
     gen = torch.Generator().manual_seed(0)
     vocab = SIZES[size][3]
 
@@ -119,6 +129,7 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
     kron = build_featurizer(hooks, "kronecker", p, micro_batch=b)
     variants: dict[str, Callable | None] = {"train step": train_step(model)}
     variants["hooks + kronecker"] = featurize(kron)
+    variants["hooks + kronecker, Q apart"] = featurize_q_apart(kron)
     dense_ok = d <= args.dense_max_d
     variants["hooks + dense"] = (
         featurize(build_featurizer(hooks, "rademacher", p, micro_batch=b)) if dense_ok else None
@@ -144,7 +155,9 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
                 fn(data)
                 times[name].append((time.perf_counter() - t0) / b)
             peaks[name] = max(peaks[name], rss.above_start)
-        print(f"  {size}: round {r + 1} done", flush=True)
+        # each round's s/row, to see the noise of a shared machine behind the medians
+        done = ", ".join(f"{k} {v[r]:.3g}" for k, v in times.items() if len(v) > r)
+        print(f"  {size}: round {r + 1} s/row: {done}", flush=True)
     base = statistics.median(times["train step"])
     assert isinstance(kron.projector, KroneckerProjector)
     factors = sum(a.numel() + c.numel() for a, c in kron.projector._factors.values()) * 4 / MB
@@ -153,8 +166,8 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
         if not times[name]:
             minutes = d * p / rate / 60
             note = (
-                f"not run: P is regenerated every micro-batch, d·p = {d * p:.2g} hashes "
-                f"≈ {minutes:.0f} min"
+                f"not run: d·p = {d * p:.2g} entries, over the packed P cache's 512 MiB: "
+                f"regenerated every micro-batch ≈ {minutes:.0f} min"
             )
             rows.append([size, d, name, "-", "-", "-", "-", note])
             continue

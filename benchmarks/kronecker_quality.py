@@ -4,8 +4,8 @@ dense Rademacher vs Kronecker with one summed p-space vs Kronecker with per-para
     python -m benchmarks.kronecker_quality [--proj-dims 256,1024,4096] [--seeds 3]
 
 Two small models, trained here on data that ships with the packages: a byte-level GPT-2
-(vocab 256, 2 layers, d ≈ 120k, 64-byte windows of the stdlib's source; output: the sum of
-next-token margins) and the digits MLP 64-128-10 (d ≈ 9.6k). Exact features are the
+(vocab 256, 2 layers, d ≈ 120k, 64-byte windows of the stdlib's source; task ``causal_lm``: the
+sum of next-token margins) and the digits MLP 64-128-10 (d ≈ 9.6k). Exact features are the
 per-sample gradients (hook engine, identity projection); every projection is applied to the
 same gradients. Scores are X (XᵀX + λI)⁻¹ X_tᵀ in float64 with λ = 0.1 × the mean non-zero
 eigenvalue of XᵀX (the same relative damping for every variant; the exact, d > n case uses the
@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from benchmarks._gpt2 import NextTokenMargins, byte_sequences, lm_loss, tiny_gpt2
+from benchmarks._gpt2 import byte_sequences, lm_loss, tiny_gpt2
 from benchmarks._table import table
 from trak_dist.examples import digits
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import HookGradientComputer, kronecker_views
 from trak_dist.projection import IdentityProjector, KroneckerProjector, TorchProjector
-from trak_dist.tasks import ImageClassification
+from trak_dist.tasks import CausalLM, ImageClassification
 
 DAMPING = 0.1
 
@@ -126,7 +126,7 @@ def main() -> None:
     lm = evaluate(
         "byte GPT-2 (next-token margins)",
         model,
-        NextTokenMargins(),
+        CausalLM(),
         (train_ids, mask),
         (target_ids[: args.n_targets], torch.ones_like(target_ids[: args.n_targets])),
         dims,

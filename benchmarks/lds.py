@@ -68,11 +68,13 @@ def featurize(arch: str, root: Path, checkpoints: int, workers: int) -> FeatureS
     return FeatureStore.open(path)
 
 
-def score_variants(store: FeatureStore, checkpoints: int) -> dict[int, list[float | str]]:
-    """Score every (p, λ) of the benchmark that the store lacks; the λs per p."""
+def score_variants(
+    store: FeatureStore, checkpoints: int, dims: tuple[int, ...] = (P_SMALL, P_LARGE)
+) -> dict[int, list[float | str]]:
+    """Score every (p, λ) of the benchmark that the store lacks, p in ``dims``; the λs per p."""
     ids = list(range(checkpoints))
     out: dict[int, list[float | str]] = {}
-    for p in (P_SMALL, P_LARGE):
+    for p in dims:
         top = float(np.mean([ensure_factor(store, c, p).eigenvalues.max() for c in ids]))
         lams: list[float | str] = ["auto", 0.0, *grid(top)]
         out[p] = []

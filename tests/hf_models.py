@@ -1,4 +1,9 @@
-"""Stock Hugging Face models from tiny configs (random weights, no download) and batches."""
+"""Stock Hugging Face models from tiny configs (random weights, no download) and batches, for
+every test that needs one (tasks, gradient engines, end-to-end runs).
+
+``attn=None`` is transformers' default attention (sdpa in 5.x), which torch.func.vmap cannot
+run; ``"eager"`` lets vmap run GPT-2 (not BERT).
+"""
 
 from __future__ import annotations
 
@@ -68,3 +73,12 @@ def padded_tokens(n: int, length: int = 10, seed: int = 0) -> tuple[torch.Tensor
     mask = (torch.arange(length) < lengths[:, None]).long()
     ids = torch.randint(1, VOCAB, (n, length), generator=g) * mask
     return ids, mask
+
+
+def text_batch(n: int = 5, length: int = 8, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """``(input_ids, token_type_ids, attention_mask, label)`` (traker's text layout; ``[::2]``
+    is a ``causal_lm`` batch), ``[n, length]`` and labels ``[n]`` in 0..2, from
+    :func:`padded_tokens` (right-padded, random lengths)."""
+    ids, mask = padded_tokens(n, length, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    return ids, torch.zeros_like(ids), mask, torch.randint(0, 3, (n,), generator=g)

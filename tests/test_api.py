@@ -41,3 +41,35 @@ def test_readme_own_model_example_is_the_docstring_one():
     assert any(_docstring_example() in block for block in blocks), (
         "README's Python example must be trak_dist.api's docstring example (which a test runs)"
     )
+
+
+@pytest.mark.ray
+def test_store_takes_a_store_config(ray_session, tmp_path, digits_checkpoints):
+    """``store=`` is a path or a whole StoreConfig (its chunk_rows reach the store), not a
+    section that the path argument shadows."""
+    from torch.utils.data import TensorDataset
+
+    from trak_dist.config import FeaturizeConfig, StoreConfig
+    from trak_dist.examples import digits
+    from trak_dist.store import FeatureStore
+
+    x, y = digits.train_set().tensors
+    xt, yt = digits.target_set().tensors
+    result = trak_dist.api.run(
+        model=digits.make_model,
+        checkpoints=digits_checkpoints[:1],
+        train=TensorDataset(x[:96], y[:96]),
+        targets=TensorDataset(xt[:8], yt[:8]),
+        store=StoreConfig(path=str(tmp_path / "s.zarr"), chunk_rows=32),
+        proj_dim=16,
+        lambda_reg=1e-2,
+        featurize=FeaturizeConfig(micro_batch=32, half_precision=False),
+        progress=False,
+    )
+    assert result.store == str(tmp_path / "s.zarr")
+    store = FeatureStore.open(result.store, mode="r")
+    assert store.spec.chunk_rows == 32
+    assert store.train_rows(0).X.chunks == (32, 16)
+    assert result.scores().shape == (96, 8)
+    with pytest.raises(TypeError, match=r"unknown sections \['stores'\]"):
+        trak_dist.api.run(digits.make_model, [], None, None, stores=StoreConfig())

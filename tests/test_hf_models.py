@@ -3,10 +3,9 @@ TRAKer against a dense float64 solve, ``trak_dist.run`` on Ray against TRAKer, a
 ``trak-dist model=custom`` on the bundled BERT and GPT-2 examples.
 
 transformers 5.x's attention-mask code cannot run under torch.func.vmap (default attention;
-BERT also with eager attention), so with default attention these runs need the module-hook
-gradient engine, which ``gradient_engine=auto`` picks for tasks with ``get_outputs``. Until
-that engine is in the tree, those cases are expected to fail with the ConfigError that names
-it (strict xfail: they must start passing when it lands).
+BERT also with eager attention), so with default attention these runs use the module-hook
+gradient engine, which ``gradient_engine=auto`` picks (no setting needed); GPT-2 with eager
+attention also runs on the vmap engine.
 """
 
 import json

@@ -76,7 +76,7 @@ def run(
     targets: Any,
     *,
     task: Any = "image_classification",
-    store: str | Path = "trak_store.zarr",
+    store: str | Path | StoreConfig = "trak_store.zarr",
     proj_dim: int = 512,
     lambda_reg: float | str = "auto",
     exp_name: str = "targets",
@@ -93,7 +93,8 @@ def run(
         train, targets: datasets, or callables returning them (preferred: each worker builds
             its own copy instead of receiving a pickled one).
         task: ``image_classification``, ``text_classification``, ``causal_lm`` or a ModelOutput.
-        store: the Zarr store path; reruns resume from it and new targets reuse its features.
+        store: the Zarr store path, or a whole ``StoreConfig`` (path, ``chunk_rows``, codec,
+            overwrite); reruns resume from it and new targets reuse its features.
         proj_dim, lambda_reg: projection width and ridge term (``"auto"``: per checkpoint
             from the spectrum of XᵀX; a number: traker's absolute λ, 0 being traker's default).
         exp_name: name of this target set in the store.
@@ -118,14 +119,13 @@ def run(
         model=ModelConfig(factory=model, checkpoints=checkpoints),
         data=DataConfig(train=train, targets=targets),
         task=TaskConfig(name=task, grad_wrt=None if grad_wrt is None else list(grad_wrt)),
-        store=StoreConfig(path=str(store)),
+        store=store if isinstance(store, StoreConfig) else StoreConfig(path=str(store)),
         scoring=ScoringConfig(exp_name=exp_name),
         cluster=cluster,
     )
     known = {
         "projection": ProjectionConfig,
         "featurize": FeaturizeConfig,
-        "store": StoreConfig,
         "scoring": ScoringConfig,
         "cluster": ClusterConfig,
         "progress": bool,

@@ -67,12 +67,34 @@ class Featurizer:
         out = []
         for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
             with _in_batch(start, mb):
-                if isinstance(self.computer, HookGradientComputer):
-                    x = self._project_streamed(mb, model_id)
-                else:
-                    x = self._project_dense(mb, model_id)
-            out.append((x / self.normalize_factor.to(x.device)).cpu())
+                out.append(self._micro_batch(mb, model_id, with_q=False)[0])
         return torch.cat(out)
+
+    def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
+        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU).
+
+        Raises:
+            LabelError: a label is outside the model's classes (positions in ``batch``).
+        """
+        xs, qs = [], []
+        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
+            with _in_batch(start, mb):
+                x, q = self._micro_batch(mb, model_id, with_q=True)
+                # out_to_loss runs outside vmap: a label vmap could not read is named here
+                qs.append(self.computer.out_to_loss(mb).cpu() if q is None else q)
+            xs.append(x)
+        return torch.cat(xs), torch.cat(qs)
+
+    def _micro_batch(self, mb: Batch, model_id: int, with_q: bool) -> tuple[Tensor, Tensor | None]:
+        """The scaled projection of one micro-batch (CPU) and, where the hook engine's task
+        gives it from the same forward pass (``with_q``), its Q (CPU); else None."""
+        q = None
+        if isinstance(self.computer, HookGradientComputer):
+            x, q = self._project_streamed(mb, model_id, with_q)
+        else:
+            x = self._project_dense(mb, model_id)
+        x = (x / self.normalize_factor.to(x.device)).cpu()
+        return x, None if q is None else q.cpu()
 
     def _project_dense(self, mb: Batch, model_id: int) -> Tensor:
         grads = self.computer.per_sample_grads(mb)
@@ -82,7 +104,9 @@ class Featurizer:
         ]
         return self.projector.project(blocks, model_id)
 
-    def _project_streamed(self, mb: Batch, model_id: int) -> Tensor:
+    def _project_streamed(
+        self, mb: Batch, model_id: int, with_q: bool
+    ) -> tuple[Tensor, Tensor | None]:
         """Module by module, as the hook engine's backward pass reaches them: each module's
         blocks are projected and added, so no more than one module's per-sample gradients
         exist at a time (the projection is linear, and a tied weight's uses simply add)."""
@@ -102,21 +126,11 @@ class Featurizer:
             else:
                 acc.append(x)
 
-        self.computer.stream(mb, sink)
+        q = self.computer.stream(mb, sink, with_q)
         if acc:
-            return acc[0]
-        return torch.zeros(batch_size(mb), self.projector.proj_dim)  # no output depends on θ
-
-    def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
-        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
-        # Q first: it sees the labels outside vmap, so a bad label is named before any
-        # gradient is spent on the batch
-        qs = []
-        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
-            with _in_batch(start, mb):
-                qs.append(self.computer.out_to_loss(mb).cpu())
-        q = torch.cat(qs)
-        return self.project(batch, model_id), q
+            return acc[0], q
+        # no output depends on θ
+        return torch.zeros(batch_size(mb), self.projector.proj_dim), q
 
 
 def _offsets(pieces: list[Batch]) -> Iterator[tuple[int, Batch]]:

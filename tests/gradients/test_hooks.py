@@ -4,13 +4,7 @@ dense features, module by module, on an MLP, a CNN, BERT and GPT-2 from tiny con
 import pytest
 import torch
 from helpers import classification_data, mlp
-from hook_models import (
-    NextTokenMargins,
-    bert,
-    gpt2_classifier,
-    gpt2_lm,
-    text_batch,
-)
+from hf_models import bert_classifier, gpt2_classifier, gpt2_lm, text_batch
 from torch import nn
 
 from trak_dist.errors import ConfigError
@@ -22,7 +16,7 @@ from trak_dist.gradients import (
     make_computer,
 )
 from trak_dist.projection import IdentityProjector, TorchProjector
-from trak_dist.tasks import ImageClassification, TextClassification, margin
+from trak_dist.tasks import CausalLM, ImageClassification, TextClassification, margin
 
 
 class CNN(nn.Module):
@@ -59,12 +53,18 @@ def image_batch(n: int = 6):
     return torch.randn(n, 3, 7, 7, generator=g), torch.randint(0, 5, (n,), generator=g)
 
 
+def lm_batch():
+    """``(input_ids, attention_mask)``, the causal_lm layout."""
+    return text_batch()[::2]
+
+
 # (model, task, batch, reference engine): vmap where torch.func can run the model, else the
-# autograd loop (transformers' sdpa/mask code does data-dependent control flow under vmap)
+# autograd loop (transformers' default sdpa/mask code does data-dependent control flow under
+# vmap); the Hugging Face models use transformers' default attention unless marked eager
 CASES = {
     "mlp": (mlp, ImageClassification, lambda: classification_data(7), GradientComputer),
     "cnn": (cnn, ImageClassification, image_batch, GradientComputer),
-    "bert": (bert, TextClassification, text_batch, IterativeGradientComputer),
+    "bert": (bert_classifier, TextClassification, text_batch, IterativeGradientComputer),
     "gpt2-classifier": (gpt2_classifier, TextClassification, text_batch, IterativeGradientComputer),
     "gpt2-classifier-eager": (
         lambda: gpt2_classifier("eager"),
@@ -72,13 +72,8 @@ CASES = {
         text_batch,
         GradientComputer,
     ),
-    "gpt2-lm": (gpt2_lm, NextTokenMargins, lambda: text_batch()[::2], IterativeGradientComputer),
-    "gpt2-lm-eager": (
-        lambda: gpt2_lm("eager"),
-        NextTokenMargins,
-        lambda: text_batch()[::2],
-        GradientComputer,
-    ),
+    "gpt2-lm": (gpt2_lm, CausalLM, lm_batch, IterativeGradientComputer),
+    "gpt2-lm-eager": (lambda: gpt2_lm("eager"), CausalLM, lm_batch, GradientComputer),
 }
 
 
@@ -90,6 +85,8 @@ def features(computer, projector, batch, micro_batch=None):
 def test_hook_features_equal_the_reference_engine(case):
     make_model, task_cls, make_batch, reference = CASES[case]
     model, batch = make_model(), make_batch()
+    if task_cls is not ImageClassification:  # padding is exercised
+        assert (batch[1 if task_cls is CausalLM else 2] == 0).any()
     hooks = HookGradientComputer(model, task_cls())
     ref = reference(model, task_cls())
     d = ref.layout.grad_dim
@@ -101,6 +98,29 @@ def test_hook_features_equal_the_reference_engine(case):
             # atol: entries whose true value is 0 (e.g. BERT's key biases, which softmax
             # ignores) are float noise in both engines
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * want.abs().max())
+
+
+@pytest.mark.parametrize("case", ["mlp", "bert", "gpt2-lm"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "separate"])
+def test_q_comes_from_the_same_forward_and_is_unchanged(case, fused):
+    """With ``get_outputs_and_q`` the hook engine's featurize runs one forward per micro-batch
+    and its Q equals ``get_out_to_loss_grad``'s (the reference engine's, a forward of its own);
+    a task without it gets Q from that second forward."""
+    make_model, task_cls, make_batch, reference = CASES[case]
+    model, batch = make_model(), make_batch()
+    task = task_cls() if fused else type("Separate", (task_cls,), {"get_outputs_and_q": None})()
+    hooks = HookGradientComputer(model, task)
+    projector = TorchProjector(hooks.layout.grad_dim, 16)
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    x, q = Featurizer(hooks, projector, micro_batch=2).featurize(batch, model_id=3)
+    n = len(batch[0])
+    assert len(forwards) == -(-n // 2) * (1 if fused else 2)
+    want = reference(model, task_cls()).out_to_loss(batch)
+    assert q.dtype == torch.float32 and q.shape == want.shape == (n,)
+    torch.testing.assert_close(q, want, rtol=1e-5, atol=1e-7)
+    # and X is what project() alone gives
+    torch.testing.assert_close(x, features(hooks, projector, batch, 2), rtol=1e-6, atol=0.0)
 
 
 def test_auto_picks_hooks_when_every_parameter_has_a_rule():
@@ -254,8 +274,8 @@ class RecordingProjector(TorchProjector):
 
 
 def test_the_featurizer_streams_one_module_at_a_time():
-    model, batch = gpt2_lm(), text_batch()[::2]
-    computer = HookGradientComputer(model, NextTokenMargins())
+    model, batch = gpt2_lm(), lm_batch()
+    computer = HookGradientComputer(model, CausalLM())
     projector = RecordingProjector(computer.layout.grad_dim, 32)
     features(computer, projector, batch)
     b = batch[0].shape[0]
@@ -275,7 +295,7 @@ def test_traker_attributes_a_stock_bert_with_default_settings(tmp_path):
     from trak_dist import TRAKer
 
     def scores(save_dir, **kw):
-        model, batch, targets = bert(), text_batch(0), text_batch(1)
+        model, batch, targets = bert_classifier(), text_batch(seed=0), text_batch(seed=1)
         t = TRAKer(model=model, task="text_classification", train_set_size=5, save_dir=save_dir,
                    device="cpu", proj_dim=4, lambda_reg=1e-2, use_half_precision=False,
                    **kw)  # fmt: skip

@@ -1,5 +1,6 @@
 """trak_dist.evaluate's parts: subset training, the LDS of stored scores, resuming on Ray."""
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -47,6 +48,49 @@ def test_subset_margins_are_the_recipes_model_outputs(tmp_path):
     idx = np.arange(0, 1500, 3)
     got = trainer.margins(idx, seed=11)
     state = digits.train_subset(idx, 11, **QUICK)  # deterministic: the same model again
+    x, y = digits.target_set().tensors
+    np.testing.assert_allclose(got, numpy_margins(state, x.double().numpy(), y.numpy()), atol=1e-4)
+
+
+def test_subset_margins_of_a_hugging_face_encoder(tmp_path):
+    """BERT's attention-mask code cannot run under vmap: the task's batched get_outputs is used,
+    and gives the margins of the recipe's model computed from its logits."""
+    from trak_dist.config import ModelConfig, TaskConfig
+    from trak_dist.examples import tiny_bert
+
+    base = job(tmp_path / "s.zarr", recipe=tiny_bert.train_subset, recipe_kwargs={"epochs": 1})
+    cfg = dataclasses.replace(
+        base,
+        model=ModelConfig(factory=tiny_bert.make_model, checkpoints=[]),
+        task=TaskConfig(name="text_classification"),
+        data=dataclasses.replace(base.data, targets=tiny_bert.target_set),
+    )
+    idx = np.arange(0, tiny_bert.N_TRAIN, 2)
+    got = SubsetTrainer(cfg).margins(idx, seed=5)
+    model = tiny_bert.make_model().eval()
+    model.load_state_dict(tiny_bert.train_subset(idx, 5, epochs=1))
+    ids, types, mask, labels = tiny_bert.target_set().tensors
+    with torch.no_grad():
+        logits = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits.double()
+    rows = torch.arange(len(labels))
+    others = logits.clone()
+    others[rows, labels] = -torch.inf
+    want = logits[rows, labels] - torch.logsumexp(others, dim=1)
+    assert got.shape == (tiny_bert.N_TARGETS,)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-4)
+
+
+def test_subset_margins_of_a_task_without_batched_outputs_use_vmap(tmp_path):
+    from trak_dist.config import TaskConfig
+    from trak_dist.tasks import ImageClassification
+
+    class PerSampleOnly(ImageClassification):
+        get_outputs = None  # a ModelOutput written for vmap only
+
+    cfg = dataclasses.replace(job(tmp_path / "s.zarr"), task=TaskConfig(name=PerSampleOnly()))
+    idx = np.arange(1, 1500, 3)
+    got = SubsetTrainer(cfg).margins(idx, seed=2)
+    state = digits.train_subset(idx, 2, **QUICK)
     x, y = digits.target_set().tensors
     np.testing.assert_allclose(got, numpy_margins(state, x.double().numpy(), y.numpy()), atol=1e-4)
 

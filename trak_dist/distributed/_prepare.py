@@ -6,16 +6,19 @@ workers); workers only write whole chunks into arrays that already exist.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from torch.nn import Module
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardTask, auto_shard_rows, shard_plan
 from trak_dist.featurize import projection_params
 from trak_dist.gradients import ParamLayout, resolve_engine
-from trak_dist.projection import ProjectionKind
+from trak_dist.projection import ProjectionKind, check_backend
 from trak_dist.sources import build_dataset, build_model, checkpoint_paths
 from trak_dist.store import (
     FeatureSpec,
@@ -26,6 +29,8 @@ from trak_dist.store import (
     fingerprint,
 )
 from trak_dist.tasks import describe, resolve_task
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,37 @@ class Prepared:
     target_tasks: list[ShardTask]
 
 
+def check_combination(
+    cfg: JobConfig, model: Module, task: Any, grad_wrt: tuple[str, ...] | None
+) -> str:
+    """Refuse, once and before any store is written or worker started, a gradient engine,
+    projection and task that cannot work together (each worker would otherwise fail the same
+    way, after retries); returns the engine workers will use.
+
+    Raises:
+        ConfigError: ``gradient_engine=hooks`` with a task lacking ``get_outputs`` or a selected
+            parameter without a hook rule (naming it; fix: ``grad_wrt`` or ``vmap``); a
+            projection backend that cannot project ``projection.kind`` (``cuda`` is Rademacher
+            on a GPU only).
+    """
+    device = None if cfg.featurize.device == "auto" else cfg.featurize.device
+    check_backend(cfg.projection.kind, cfg.projection.backend, device)
+    engine = resolve_engine(cfg.featurize.gradient_engine, model, task, grad_wrt)
+    if engine == "vmap" and cfg.projection.kind == ProjectionKind.KRONECKER.value:
+        # valid (the same features, tests/projection/test_kronecker.py), but it loses what
+        # Kronecker is for: the hook engine never forms the per-sample gradient
+        logger.warning(
+            "projection.kind=kronecker with the vmap engine (gradient_engine=%s) forms every "
+            "per-sample gradient (micro_batch × d = %d × %d floats) before sketching it; "
+            "gradient_engine=hooks (or auto, where every selected parameter has a hook rule) "
+            "never forms it.",
+            cfg.featurize.gradient_engine,
+            cfg.featurize.micro_batch,
+            ParamLayout.of(model, grad_wrt).grad_dim,
+        )
+    return engine
+
+
 def prepare(cfg: JobConfig) -> Prepared:
     checkpoints = checkpoint_paths(cfg.model.checkpoints)
     model = build_model(cfg.model.factory, cfg.model.kwargs)
@@ -51,8 +87,7 @@ def prepare(cfg: JobConfig) -> Prepared:
     grad_wrt = None if cfg.task.grad_wrt is None else tuple(cfg.task.grad_wrt)
     layout = ParamLayout.of(model, grad_wrt)
     d = layout.grad_dim
-    # an engine that cannot run this model fails here, once, not in every worker
-    resolve_engine(cfg.featurize.gradient_engine, model, task, grad_wrt)
+    check_combination(cfg, model, task, grad_wrt)
     identity = cfg.projection.kind == ProjectionKind.IDENTITY.value
     width = d if identity else cfg.featurize_dim
     proj_dim = d if identity else cfg.proj_dim

@@ -14,9 +14,11 @@ trained on first use and cached like ``examples/digits.py``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -28,6 +30,7 @@ SEQ_LEN = 16
 CLASSES = 3
 N_TRAIN = 256
 N_TARGETS = 64
+EPOCHS = 10
 FILLER = 4  # tokens FILLER..VOCAB-1 are filler; 1..CLASSES are the keywords
 
 
@@ -99,11 +102,16 @@ def make_model(
     return BertForSequenceClassification(config)
 
 
-def _train(seed: int, epochs: int, hidden: int) -> dict[str, Tensor]:
+def train_subset(
+    indices: Sequence[int] | np.ndarray, seed: int, hidden: int = 32, epochs: int = EPOCHS
+) -> dict[str, Tensor]:
+    """The training recipe: a model trained on train examples ``indices`` from ``seed``
+    (AdamW, lr 3e-3, batches of 32, ``epochs`` passes); ``trak_dist.evaluate``'s recipe."""
     torch.manual_seed(seed)
     model = make_model(hidden)
     model.train()
-    ids, types, mask, labels = train_set().tensors
+    rows = torch.as_tensor(np.asarray(indices, dtype=np.int64))
+    ids, types, mask, labels = (t[rows] for t in train_set().tensors)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
@@ -121,13 +129,14 @@ def _train(seed: int, epochs: int, hidden: int) -> dict[str, Tensor]:
 
 
 def checkpoints(
-    num: int = 2, epochs: int = 10, cache_dir: str | None = None, hidden: int = 32
+    num: int = 2, epochs: int = EPOCHS, cache_dir: str | None = None, hidden: int = 32
 ) -> list[Path]:
     """Paths of ``num`` trained checkpoints, training the ones not cached yet."""
     root = example_dir("tiny_bert", cache_dir)
     return [
         cached_state(
-            root / f"bert{hidden}_seed{seed}_ep{epochs}.pt", partial(_train, seed, epochs, hidden)
+            root / f"bert{hidden}_seed{seed}_ep{epochs}.pt",
+            partial(train_subset, np.arange(N_TRAIN), seed, hidden, epochs),
         )
         for seed in range(num)
     ]

@@ -70,10 +70,15 @@ class HookGradientComputer(GradientComputer):
         self._params = [named[n] for n in self.layout.names]
         self._checked = False
 
-    def stream(self, batch: Batch, sink: Sink) -> None:
+    def stream(self, batch: Batch, sink: Sink, with_q: bool = False) -> Tensor | None:
         """Run the micro-batch; ``sink`` receives each module call's blocks as backward reaches
         it (weight and bias of one call together). Blocks of one parameter may come several
-        times (a tied or reused weight); its gradient is their sum."""
+        times (a tied or reused weight); its gradient is their sum.
+
+        Returns:
+            With ``with_q`` and a task that has ``get_outputs_and_q``: Q ``[B]`` float32 from
+            the same forward pass; else None (Q then comes from :meth:`out_to_loss`).
+        """
         batch = to_device(batch, self.device)
         size = batch_size(batch)
         check = not self._checked
@@ -95,8 +100,13 @@ class HookGradientComputer(GradientComputer):
             sink(blocks)
 
         root = None if check else torch.zeros((), device=self.device, requires_grad=True)
+        fused = getattr(self.task, "get_outputs_and_q", None) if with_q else None
+        q = None
         with self._requires_grad(check), self.hooks.capture(on_grad, size, root):
-            out = self.task.get_outputs(self.model, batch)
+            if callable(fused):
+                out, q = fused(self.model, batch)
+            else:
+                out = self.task.get_outputs(self.model, batch)
             if not isinstance(out, Tensor) or out.numel() != size:
                 shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
                 raise ConfigError(
@@ -111,6 +121,7 @@ class HookGradientComputer(GradientComputer):
         if sums is not None:
             self._verify(sums, ref)
             self._checked = True
+        return None if q is None else q.detach().reshape(-1).to(torch.float32)
 
     @contextmanager
     def _requires_grad(self, check: bool) -> Iterator[None]:

@@ -27,7 +27,8 @@ class SubsetTrainer:
     """Trains subset models with ``cfg.eval.recipe`` and returns their target outputs.
 
     The output is the task's ``get_output`` (the f that TRAK attributes, e.g. the margin
-    log p/(1−p) of the label), evaluated per target under ``vmap`` like the features were.
+    log p/(1−p) of the label), evaluated per target: the task's batched ``get_outputs`` where it
+    has one, else ``get_output`` under ``vmap``.
 
     Args:
         cfg: the job; ``model``, ``task``, ``data.targets`` and ``eval`` are used.
@@ -86,12 +87,18 @@ class SubsetTrainer:
         def output(*sample: Any) -> torch.Tensor:
             return self.task.get_output(model, weights, buffers, *sample)
 
+        # a task's batched get_outputs (the hook engine's entry) is the same f from a plain
+        # forward pass: Hugging Face encoders' attention-mask code branches on tensor values,
+        # which vmap refuses, so it is preferred where the task has one
+        batched = getattr(self.task, "get_outputs", None)
         out = []
         m, step = len(self.targets), self.cfg.featurize.micro_batch
         with torch.no_grad():
             for t0 in range(0, m, step):
-                b = batch_of(self.targets, t0, min(m, t0 + step))
-                samples = _samples(to_device(b, self.device))
-                f = torch.func.vmap(output, randomness="different")(*samples)
+                b = to_device(batch_of(self.targets, t0, min(m, t0 + step)), self.device)
+                if callable(batched):
+                    f = batched(model, b)
+                else:
+                    f = torch.func.vmap(output, randomness="different")(*_samples(b))
                 out.append(f.reshape(-1).float().cpu())
         return torch.cat(out).numpy()

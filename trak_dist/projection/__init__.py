@@ -30,6 +30,7 @@ __all__ = [
     "TorchProjector",
     "as_blocks",
     "balanced_cols",
+    "check_backend",
     "make_projector",
     "normal_block",
     "rademacher_block",
@@ -38,6 +39,35 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 BACKENDS = ("auto", "torch", "cuda")
+
+
+def check_backend(
+    kind: ProjectionKind | str, backend: str, device: torch.device | str | None = None
+) -> None:
+    """Refuse a backend that cannot project ``kind`` on ``device`` (None: not known yet).
+
+    Raises:
+        ConfigError: an unknown backend, or ``cuda`` for anything but a Rademacher projection on
+            a CUDA device (the kernel implements that matrix only; before this check a
+            ``normal`` projection with ``backend=cuda`` got the kernel's Rademacher features).
+    """
+    kind = ProjectionKind(kind)
+    if backend not in BACKENDS:
+        raise ConfigError(f"projector backend={backend!r}; expected one of {BACKENDS}.")
+    if backend != "cuda":
+        return
+    if kind is not ProjectionKind.RADEMACHER:
+        how = "torch matmuls on any device" if kind is ProjectionKind.KRONECKER else "in torch"
+        raise ConfigError(
+            f"projection kind {kind.value!r} with backend=cuda: the CUDA kernel implements the "
+            f"dense Rademacher matrix only, and {kind.value!r} runs as {how}. Use backend=auto "
+            "or torch (or kind=rademacher for the kernel)."
+        )
+    if device is not None and torch.device(device).type != "cuda":
+        raise ConfigError(
+            f"projection backend=cuda with device={device}: the CUDA kernel needs the gradients "
+            "on a GPU. Use device=cuda (or auto on a GPU worker), or backend=auto or torch."
+        )
 
 
 def make_projector(
@@ -63,16 +93,11 @@ def make_projector(
             (``trak_dist.gradients.kronecker_views``).
     """
     kind = ProjectionKind(kind)
-    if backend not in BACKENDS:
-        raise ConfigError(f"projector backend={backend!r}; expected one of {BACKENDS}.")
+    # device left out: a CPU device with backend=cuda is CudaProjector's own error below
+    check_backend(kind, backend)
     if kind is ProjectionKind.IDENTITY:
         return IdentityProjector(grad_dim, None, seed)
     if kind is ProjectionKind.KRONECKER:
-        if backend == "cuda":
-            raise ConfigError(
-                "projection kind 'kronecker' runs as torch matmuls on any device; the CUDA kernel "
-                "implements the dense Rademacher matrix only. Use backend=auto or torch."
-            )
         if views is None:
             raise ConfigError(
                 "a Kronecker projector needs the parameters' matrix views; build them with "

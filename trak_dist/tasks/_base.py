@@ -33,6 +33,10 @@ class ModelOutput(ABC):
       ``model`` (its own parameters, no ``functional_call``). Sample i's output must depend on
       sample i only (the model is in eval mode), so that the gradient of the sum is the sum of
       the per-sample gradients.
+    - ``get_outputs_and_q(model, batch)``: ``(f [B], Q [B])`` from that same forward pass, Q
+      detached: the hook engine then needs no second forward for Q (with a language model's
+      vocabulary-sized logits that forward is a good part of featurisation). Q must equal
+      ``get_out_to_loss_grad``'s.
 
     ``BatchedOutput`` derives both output entries from one batched ``outputs`` method.
 

@@ -36,6 +36,12 @@ class ImageClassification(ModelOutput):
         images, labels = batch
         return margin(model(images), labels)
 
+    def get_outputs_and_q(self, model: nn.Module, batch: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+        """``get_outputs`` and Q ``[B]`` from the same forward pass."""
+        images, labels = batch
+        z = model(images)
+        return margin(z, labels), one_minus_p(z.detach(), labels, self.loss_temperature)
+
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Sequence[Tensor]
     ) -> Tensor:
@@ -90,6 +96,12 @@ class TextClassification(BatchedOutput):
     ) -> Tensor:
         inputs, labels = self._split(batch)
         return margin(logits(model, params, inputs), labels)
+
+    def get_outputs_and_q(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+        """``get_outputs`` and Q ``[B]`` from the same forward pass."""
+        inputs, labels = self._split(batch)
+        z = logits(model, None, inputs)
+        return margin(z, labels), one_minus_p(z.detach(), labels, self.loss_temperature)
 
     def get_out_to_loss_grad(
         self, model: nn.Module, weights: Params, buffers: Params, batch: Batch

@@ -85,19 +85,39 @@ class CausalLM(BatchedOutput):
     def outputs(
         self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
     ) -> Tensor:
+        z, targets, counted = self._logits(model, params, batch)
+        return self._summed_margin(z, targets, counted)
+
+    def get_out_to_loss_grad(
+        self, model: nn.Module, weights: Params, buffers: Params, batch: Batch
+    ) -> Tensor:
+        z, targets, counted = self._logits(model, (weights, buffers), batch)
+        return self._q(z, targets, counted)
+
+    def get_outputs_and_q(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+        """``get_outputs`` and Q ``[B]`` from the same forward pass (the hook engine's entry
+        when it needs Q: one forward less per micro-batch)."""
+        z, targets, counted = self._logits(model, None, batch)
+        return self._summed_margin(z, targets, counted), self._q(z.detach(), targets, counted)
+
+    def _logits(
+        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Next-token logits ``[B, T-1, V]`` with ``_split``'s targets and mask."""
         inputs, targets, counted = self._split(batch)
-        z = logits(model, params, inputs)[:, :-1]
+        return logits(model, params, inputs)[:, :-1], targets, counted
+
+    @staticmethod
+    def _summed_margin(z: Tensor, targets: Tensor, counted: Tensor) -> Tensor:
+        """f ``[B]``."""
         with _per_sample(targets):
             per_token = margin(z.reshape(-1, z.shape[-1]), targets.reshape(-1))
         per_token = per_token.view(targets.shape)
         # where, not a product: a position that does not count contributes exactly 0
         return torch.where(counted, per_token, 0).sum(dim=1)
 
-    def get_out_to_loss_grad(
-        self, model: nn.Module, weights: Params, buffers: Params, batch: Batch
-    ) -> Tensor:
-        inputs, targets, counted = self._split(batch)
-        z = logits(model, (weights, buffers), inputs)[:, :-1]
+    def _q(self, z: Tensor, targets: Tensor, counted: Tensor) -> Tensor:
+        """Q ``[B]`` (detached)."""
         # a token id ≥ the vocabulary: a LabelError, not gather's index error
         with _per_sample(targets):
             valid_labels(z.reshape(-1, z.shape[-1]), targets.reshape(-1))
