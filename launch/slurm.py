@@ -25,9 +25,10 @@ from typing import Any
 
 import submitit
 
+from trak_dist import failures
 from trak_dist.config import JobConfig
 from trak_dist.distributed._prepare import prepare
-from trak_dist.errors import ConfigError, TrakDistError
+from trak_dist.errors import ConfigError, WorkerFailedError
 from trak_dist.store import store_lock
 
 # relative: this package is `launch` in a checkout and `trak_dist.launch` once installed
@@ -159,47 +160,62 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     try:
-        cfg = job_config(overrides)
-        folder = args.folder.resolve()
-        if args.mode == "ray":
-            job = submit_ray(
-                cfg,
-                folder,
-                args.nodes,
-                args.cpus_per_node,
-                args.gpus_per_node,
-                args.mem_gb,
-                args.time_min,
-                args.partition,
-                args.port,
-                args.head_ip,
-                args.local,
-                "eval" if args.eval else "run",
-            )
-            print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
-            final = job
-        else:
-            jobs, final = submit_array(
-                cfg,
-                folder,
-                args.tasks,
-                args.cpus_per_task,
-                args.gpus_per_task,
-                args.mem_gb,
-                args.time_min,
-                args.partition,
-                args.local,
-            )
-            ids = ", ".join(j.job_id for j in jobs) or "none (all shards committed)"
-            print(f"submitted array tasks {ids}; reduce job {final.job_id} runs after them")
-            print(f"logs: {folder}")
-        if args.wait:
-            summary = final.results()[0]
-            print(f"done: report {summary['report']}")
-    except TrakDistError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        _submit(args, overrides, prog)
+    except SystemExit as e:  # failures.reported: one line on stderr, exit 2 (130 on Ctrl-C)
+        return int(e.code or 0)
     return 0
+
+
+def _submit(args: argparse.Namespace, overrides: list[str], prog: str) -> None:
+    with failures.reported(prog):
+        folder = args.folder.resolve()
+        try:
+            _run(args, overrides, folder)
+        except submitit.core.utils.FailedJobError as e:
+            # submitit keeps only the text of the job's traceback: its last line says why
+            raise WorkerFailedError(
+                f"a SLURM job failed: {failures.last_error_line(str(e))}. Its logs are under "
+                f"{folder}."
+            ) from e
+
+
+def _run(args: argparse.Namespace, overrides: list[str], folder: Path) -> None:
+    cfg = job_config(overrides)
+    if args.mode == "ray":
+        job = submit_ray(
+            cfg,
+            folder,
+            args.nodes,
+            args.cpus_per_node,
+            args.gpus_per_node,
+            args.mem_gb,
+            args.time_min,
+            args.partition,
+            args.port,
+            args.head_ip,
+            args.local,
+            "eval" if args.eval else "run",
+        )
+        print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
+        final = job
+    else:
+        jobs, final = submit_array(
+            cfg,
+            folder,
+            args.tasks,
+            args.cpus_per_task,
+            args.gpus_per_task,
+            args.mem_gb,
+            args.time_min,
+            args.partition,
+            args.local,
+        )
+        ids = ", ".join(j.job_id for j in jobs) or "none (all shards committed)"
+        print(f"submitted array tasks {ids}; reduce job {final.job_id} runs after them")
+        print(f"logs: {folder}")
+    if args.wait:
+        summary = final.results()[0]
+        print(f"done: report {summary['report']}")
 
 
 if __name__ == "__main__":

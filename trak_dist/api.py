@@ -104,6 +104,11 @@ def run(
         sections: replacements for whole config sections, e.g.
             ``featurize=FeaturizeConfig(micro_batch=16, gradient_engine="hooks")``,
             ``projection=ProjectionConfig(kind="kronecker")``, ``scoring=ScoringConfig(topk=50)``.
+
+    Raises:
+        TrakDistError: a subclass saying what failed (``ConfigError``, ``NonFiniteError``,
+            ``LabelError``, ``StoreMismatchError``, …), also when a Ray worker or the reducer
+            raised it: never a Ray wrapper. OSErrors (a read-only or full disk) as they are.
     """
     cluster = ClusterConfig(
         kind="ray" if address else "local", address=address, num_workers=num_workers

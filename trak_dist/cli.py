@@ -30,7 +30,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from trak_dist import _resources
+from trak_dist import _resources, failures
 from trak_dist._version import __version__
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, TrakDistError
@@ -142,14 +142,16 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
 def _task(cfg: DictConfig) -> dict[str, Any]:
     try:
         return _run(cfg)
-    except TrakDistError as e:
+    except Exception as e:
+        # caught here, inside the task: Hydra would print any exception with its traceback
         hc = HydraConfig.get()
-        if hc.mode != RunMode.MULTIRUN:
-            print(f"trak-dist: error: {e}", file=sys.stderr)
-            raise SystemExit(2) from e
+        if hc.mode != RunMode.MULTIRUN or not isinstance(failures.unwrap(e), TrakDistError):
+            failures.exit_on(e, "trak-dist")  # one line and exit 2, unless it is a bug
+            raise
         # in a sweep, one bad point (e.g. λ=0 with proj_dim ≥ n) must not sink the others
-        logger.error("sweep point %s failed: %s", list(hc.overrides.task), e)
-        failed = {"overrides": list(hc.overrides.task), "error": str(e)}
+        message = failures.describe(e)
+        logger.error("sweep point %s failed: %s", list(hc.overrides.task), message)
+        failed = {"overrides": list(hc.overrides.task), "error": message}
         Path(hc.runtime.output_dir, "trak_report.json").write_text(json.dumps(failed))
         return failed
 
@@ -290,19 +292,20 @@ def version() -> str:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: expected failures end in one line on stderr (exit 2), Ctrl-C in a
+    note on how to resume (exit 130)."""
     if sys.argv[1:] in (["--version"], ["-V"]):  # Hydra's own --version names only Hydra's
         print(version())
         return
-    code = _subcommand(sys.argv)
-    if code is not None:
-        raise SystemExit(code)
-    sys.argv = sweep_width(sys.argv)
-    try:
+    # Hydra would print a traceback of a corrupt YAML file or a bad override and exit 1;
+    # raised instead, they reach failures.reported and become one line
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    with failures.reported("trak-dist"):
+        code = _subcommand(sys.argv)
+        if code is not None:
+            raise SystemExit(code)
+        sys.argv = sweep_width(sys.argv)
         # resolved here, not at import: importing the CLI (the launchers do) needs no configs,
         # and a missing or broken config directory is one line instead of a traceback
         config_path = str(conf_dir())
-    except ConfigError as e:
-        print(f"trak-dist: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
-    hydra.main(version_base=None, config_path=config_path, config_name="config")(_task)()
+        hydra.main(version_base=None, config_path=config_path, config_name="config")(_task)()

@@ -53,3 +53,41 @@ class WorkerFailedError(TrakDistError, RuntimeError):
 
 class CudaExtUnavailableError(TrakDistError, RuntimeError):
     """The CUDA projection library was asked for but cannot be loaded or run here."""
+
+
+class DataError(TrakDistError, ValueError):
+    """The data (or a checkpoint) holds values TRAK cannot attribute with."""
+
+
+class NonFiniteError(DataError, ArithmeticError):
+    """A gradient, projection, Q or score is NaN or infinite; nothing of it was committed."""
+
+
+class LabelError(DataError):
+    """A classification label is not one of the model's classes (e.g. −1, or ≥ C).
+
+    Args:
+        labels: the offending label values.
+        positions: where they are, counted as ``where`` says (batch positions, dataset rows).
+        classes: C, the model's number of outputs.
+        where: what ``positions`` count.
+    """
+
+    def __init__(
+        self, labels: list[int], positions: list[int], classes: int, where: str = "batch positions"
+    ) -> None:
+        self.labels, self.positions, self.classes, self.where = labels, positions, classes, where
+        more = " …" if len(labels) > 10 else ""
+        super().__init__(
+            f"{len(labels)} label(s) are not classes of the model's {classes} outputs: "
+            f"{labels[:10]}{more} at {where} {positions[:10]}{more}. Classification labels must "
+            f"be class indices in [0, {classes}); fix or drop those samples and rerun."
+        )
+
+    def __reduce__(self) -> tuple[type[LabelError], tuple[list[int], list[int], int, str]]:
+        # pickled across Ray: rebuild from the fields, not from the formatted message
+        return type(self), (self.labels, self.positions, self.classes, self.where)
+
+    def at(self, rows: Sequence[int], where: str) -> LabelError:
+        """The same error with positions mapped through ``rows`` (e.g. to dataset rows)."""
+        return LabelError(self.labels, [int(rows[p]) for p in self.positions], self.classes, where)

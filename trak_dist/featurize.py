@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor
 
 from trak_dist.batches import Batch, batch_size, micro_batches
-from trak_dist.errors import ConfigError
+from trak_dist.errors import ConfigError, LabelError
 from trak_dist.gradients import (
     GradientComputer,
     HookGradientComputer,
@@ -56,17 +59,30 @@ class Featurizer:
         self.normalize_factor = torch.sqrt(torch.tensor(d, dtype=torch.float32))
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
-        """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
-        pieces = micro_batches(batch, self.micro_batch)
-        return torch.cat([self._micro_batch(mb, model_id, with_q=False)[0] for mb in pieces])
+        """``[B, p]`` float32 projected, scaled gradients (on the CPU).
+
+        Raises:
+            LabelError: a label is outside the model's classes (positions in ``batch``).
+        """
+        out = []
+        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
+            with _in_batch(start, mb):
+                out.append(self._micro_batch(mb, model_id, with_q=False)[0])
+        return torch.cat(out)
 
     def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
-        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU)."""
+        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU).
+
+        Raises:
+            LabelError: a label is outside the model's classes (positions in ``batch``).
+        """
         xs, qs = [], []
-        for mb in micro_batches(batch, self.micro_batch):
-            x, q = self._micro_batch(mb, model_id, with_q=True)
+        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
+            with _in_batch(start, mb):
+                x, q = self._micro_batch(mb, model_id, with_q=True)
+                # out_to_loss runs outside vmap: a label vmap could not read is named here
+                qs.append(self.computer.out_to_loss(mb).cpu() if q is None else q)
             xs.append(x)
-            qs.append(self.computer.out_to_loss(mb).cpu() if q is None else q)
         return torch.cat(xs), torch.cat(qs)
 
     def _micro_batch(self, mb: Batch, model_id: int, with_q: bool) -> tuple[Tensor, Tensor | None]:
@@ -115,6 +131,22 @@ class Featurizer:
             return acc[0], q
         # no output depends on θ
         return torch.zeros(batch_size(mb), self.projector.proj_dim), q
+
+
+def _offsets(pieces: list[Batch]) -> Iterator[tuple[int, Batch]]:
+    start = 0
+    for mb in pieces:
+        yield start, mb
+        start += batch_size(mb)
+
+
+@contextmanager
+def _in_batch(start: int, mb: Batch) -> Iterator[None]:
+    """Restate a LabelError's micro-batch positions as positions in the whole batch."""
+    try:
+        yield
+    except LabelError as e:
+        raise e.at(range(start, start + batch_size(mb)), "batch positions") from None
 
 
 def build_featurizer(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import pickle
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from torch.utils.data import default_collate
 
 from trak_dist.batches import Batch
 from trak_dist.errors import ConfigError
+from trak_dist.failures import gist
 
 
 def load_object(ref: Any, what: str) -> Any:
@@ -67,8 +70,28 @@ def checkpoint_paths(ref: Any) -> list[Path]:
 
 
 def load_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, Tensor]:
-    """Weights only (``weights_only=True``: no code from the file runs)."""
-    state = torch.load(path, map_location=device, weights_only=True)
+    """Weights only (``weights_only=True``: no code from the file runs).
+
+    Raises:
+        ConfigError: the file is truncated, corrupt, or holds more than tensors.
+    """
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise  # the path, not the file's content: failures.describe says so
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        OSError,  # a truncated zip archive can fail its seek with EINVAL
+        zipfile.BadZipFile,
+    ) as e:
+        raise ConfigError(
+            f"checkpoint {path} could not be loaded ({gist(e)}). It is truncated or corrupt, or "
+            "holds more than a state dict (weights-only loading refuses code): save it again "
+            "with torch.save(model.state_dict(), path)."
+        ) from e
     if not isinstance(state, dict):
         raise ConfigError(f"{path} does not hold a state dict (found {type(state).__name__}).")
     return state

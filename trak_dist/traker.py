@@ -32,7 +32,13 @@ from trak_dist.compat import (
     projection_name,
     writer_name,
 )
-from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, TrakerUsageError
+from trak_dist.errors import (
+    ConfigError,
+    LabelError,
+    StoreMismatchError,
+    StoreStateError,
+    TrakerUsageError,
+)
 from trak_dist.gradients import GradientComputer, ParamLayout, kronecker_views
 from trak_dist.gradients import make_computer as engine_computer
 from trak_dist.projection import ProjectionKind, Projector, make_projector
@@ -277,12 +283,15 @@ class TRAKer:
             return
         sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
         self.store.bind(tracker.rows, tracker.checkpoint, what)
-        if with_q:
-            x, q = self.featurizer.featurize(sub, self._model_id)
-            tracker.write(rows[todo], x.numpy(), q.numpy(), hashes[todo])
-        else:
-            x = self.featurizer.project(sub, self._model_id)
-            tracker.write(rows[todo], x.numpy(), None, hashes[todo])
+        try:
+            if with_q:
+                x, q = self.featurizer.featurize(sub, self._model_id)
+                tracker.write(rows[todo], x.numpy(), q.numpy(), hashes[todo])
+            else:
+                x = self.featurizer.project(sub, self._model_id)
+                tracker.write(rows[todo], x.numpy(), None, hashes[todo])
+        except LabelError as e:
+            raise e.at(rows[todo], "train rows" if with_q else "target rows") from None
 
     def finalize_features(
         self, model_ids: Iterable[int] | None = None, del_grads: bool = False

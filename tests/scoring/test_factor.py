@@ -35,3 +35,17 @@ def test_ill_conditioned_gram_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="trak_dist"):
         f.kinv(0.0)
     assert "ill-conditioned" in caplog.text
+
+
+def test_non_finite_lambda_or_gram_is_refused():
+    from trak_dist.errors import ConfigError, NonFiniteError
+
+    x = np.random.default_rng(3).standard_normal((50, 8))
+    f = Factorization.of(gram(x), 50)
+    for bad in (float("nan"), float("inf"), -1e-3):
+        with pytest.raises(ConfigError, match=f"lambda_reg={bad}; expected a finite value"):
+            f.kinv(bad)
+    xtx = gram(x)
+    xtx[2, 2] = np.nan
+    with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=4\) or its eigenvalues hold NaN"):
+        Factorization.of(xtx, 50, context="model_id=4")

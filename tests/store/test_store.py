@@ -144,3 +144,35 @@ def test_fingerprints():
     sd = {"w": torch.ones(2, 2, dtype=torch.bfloat16)}
     assert checkpoint_fingerprint(sd) != checkpoint_fingerprint({"w": torch.zeros(2, 2)})
     assert dataclasses.replace(spec(), seed=2).seed == 2
+
+
+def test_non_finite_rows_are_refused_before_anything_is_written(store_path):
+    from trak_dist.errors import NonFiniteError
+
+    store = FeatureStore.create_or_open(store_path, spec())
+    rows = store.ensure_checkpoint(2)
+    x = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    x[17, 3] = np.nan
+    with pytest.raises(NonFiniteError, match=r"train rows of model_id=2, rows \[17\]"):
+        rows.write(0, x, np.ones(128, np.float32))
+    q = np.ones(128, np.float32)
+    q[5] = np.inf
+    with pytest.raises(NonFiniteError, match=r"Q \(out-to-loss weights\).*rows \[133\]"):
+        rows.write(128, np.zeros((128, 64), np.float32), q)
+    # finite in float32, infinite as the store's float16: overflow, with its own advice
+    big = np.full((128, 64), 1e5, np.float32)
+    with pytest.raises(NonFiniteError, match=r"overflow the store's float16.*half_precision"):
+        rows.write(256, big)
+    store.ensure_experiment("val", 10, None)
+    targets = store.ensure_target_checkpoint("val", 0)
+    with pytest.raises(NonFiniteError, match=r"experiment 'val', model_id=0, rows \[1, 4\]"):
+        targets.write_rows(
+            np.array([1, 4]),
+            np.array([[np.inf] * 64, [np.nan] * 64], np.float32),
+            h=np.array([11, 12], np.uint64),
+            writer="w",
+        )
+    assert not rows.done_chunks().any() and not targets.done_chunks().any()
+    assert not os.path.exists(os.path.join(store_path, "train", "2", "X", "c"))  # no chunk file
+    assert not os.path.exists(os.path.join(store_path, "targets", "val", "0", "X", "c"))
+    assert not targets.staged_rows().any()  # nothing staged either

@@ -79,3 +79,85 @@ def test_traker_tasks_are_accepted_unchanged():
 def test_docstring_examples_run():
     result = doctest.testmod(trak_dist.tasks._base, raise_on_error=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_labels_outside_the_classes_are_named_not_wrapped():
+    """−1 used to index the last class silently. Outside vmap it is a LabelError naming the
+    positions; inside vmap (labels unreadable) only its own sample's output turns NaN."""
+    from helpers import classification_data, mlp
+
+    from trak_dist.errors import LabelError
+    from trak_dist.featurize import Featurizer
+    from trak_dist.projection import make_projector
+
+    logits = torch.randn(5, 3)
+    with pytest.raises(LabelError, match=r"\[-1, 3\] at batch positions \[1, 4\]") as e:
+        margin(logits, torch.tensor([0, -1, 2, 1, 3]))
+    assert e.value.classes == 3 and "[0, 3)" in str(e.value)
+    moved = e.value.at([10, 11, 12, 13, 14], "train set rows")
+    assert moved.positions == [11, 14] and "train set rows [11, 14]" in str(moved)
+
+    model = mlp()
+    x, y = classification_data(10)
+    bad = y.clone()
+    bad[6] = -1
+    clean = GradientComputer(model, ImageClassification()).per_sample_grads((x, y))
+    grads = GradientComputer(model, ImageClassification()).per_sample_grads((x, bad))
+    for name, g in grads.items():
+        rows = torch.isfinite(g.reshape(10, -1)).all(1)
+        assert rows.tolist() == [i != 6 for i in range(10)]
+        keep = torch.arange(10) != 6
+        torch.testing.assert_close(g[keep], clean[name][keep], rtol=0, atol=0)
+    with pytest.raises(LabelError, match=r"batch positions \[6\]"):
+        IterativeGradientComputer(model, ImageClassification()).per_sample_grads((x, bad))
+    # Q sees the labels outside vmap: the Featurizer names the position in the whole batch,
+    # across micro-batches, before computing any gradient
+    computer = GradientComputer(model, ImageClassification())
+    projector = make_projector("rademacher", computer.layout.grad_dim, 8, 0, "cpu")
+    with pytest.raises(LabelError, match=r"\[-1\] at batch positions \[6\]"):
+        Featurizer(computer, projector, micro_batch=4).featurize((x, bad), model_id=0)
+    high = y.clone()
+    high[2] = 3
+    ids = torch.zeros(10, 4, dtype=torch.long)
+    with pytest.raises(LabelError, match=r"\[3\] at batch positions \[2\]"):
+        TextClassification().get_outputs(TinyTextModel(), (ids, ids, torch.ones_like(ids), high))
+
+
+def test_causal_lm_labels_outside_the_vocabulary_name_the_sample():
+    """The tokens' margins are taken over the flattened [B·(T-1)] positions; a label id ≥ V is
+    a LabelError at the position of its sample, for the output and for Q."""
+    from hf_models import gpt2_lm, padded_tokens
+
+    from trak_dist.errors import LabelError
+    from trak_dist.tasks import CausalLM
+
+    model = gpt2_lm(seed=1)
+    ids, mask = padded_tokens(4)
+    vocab = model.config.vocab_size
+    labels = ids.clone()
+    labels[2, 3] = vocab + 5
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    task = CausalLM()
+    with pytest.raises(LabelError, match=rf"\[{vocab + 5}\] at batch positions \[2\]"):
+        task.get_outputs(model, batch)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    with pytest.raises(LabelError, match=r"at batch positions \[2\]"):
+        task.get_out_to_loss_grad(model, params, {}, batch)
+
+
+def test_hook_engine_names_a_target_label_outside_the_classes():
+    """The hook engine runs the plain forward pass: even a target row (no Q) is named."""
+    from helpers import classification_data, mlp
+
+    from trak_dist.errors import LabelError
+    from trak_dist.featurize import Featurizer
+    from trak_dist.gradients import HookGradientComputer
+    from trak_dist.projection import make_projector
+
+    model = mlp()
+    x, y = classification_data(10)
+    y[7] = 3  # C = 3
+    computer = HookGradientComputer(model, ImageClassification())
+    projector = make_projector("rademacher", computer.layout.grad_dim, 8, 0, "cpu")
+    with pytest.raises(LabelError, match=r"\[3\] at batch positions \[7\]"):
+        Featurizer(computer, projector, micro_batch=4).project((x, y), model_id=0)

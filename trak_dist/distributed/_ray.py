@@ -5,11 +5,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
 import ray
+from ray._private import ray_constants
 
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.distributed.reducer import Reducer
@@ -22,23 +24,80 @@ RemoteWorker = ray.remote(Worker)
 RemoteReducer = ray.remote(Reducer)
 
 
+# Ray 2.60 has no single "loopback only" switch for ray.init; together these are one
+# (tests/faults/test_runtime_faults.py lists the sockets of a running job's Ray processes):
+# - the node IP 127.0.0.1. ray.init rewrites a loopback _node_ip_address to the machine's
+#   routable address unless ray_constants.ENABLE_RAY_CLUSTER is false (its env var, for the
+#   processes it spawns). With a loopback node IP, the GCS, raylet, workers' gRPC servers, the
+#   dashboard agent and the runtime-env agent all bind 127.0.0.1 instead of every interface.
+# - enable_metrics_collection=False: the dashboard agent starts no Prometheus exporter.
+# - The autoscaler monitor and the dashboard head start a Prometheus endpoint on fixed ports
+#   (44217, 44227) whatever include_dashboard says; port -1 cannot be bound, so each logs one
+#   error in Ray's session logs and serves nothing.
+LOOPBACK_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "AUTOSCALER_METRIC_PORT": "-1",
+    "DASHBOARD_METRIC_PORT": "-1",
+}
+
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextmanager
+def _loopback() -> Iterator[None]:
+    """Environment and Ray constant for starting a loopback-only node, restored afterwards (a
+    later ray.init in this process may join a real cluster)."""
+    saved_env = {k: os.environ.get(k) for k in LOOPBACK_ENV}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    # Ray turns token authentication on for a new local cluster (kept: other users of this
+    # machine can reach 127.0.0.1) and says so in a warning line on every run; quiet it
+    auth_log = logging.getLogger(AUTH_LOGGER)
+    saved_level = auth_log.level
+    os.environ.update(LOOPBACK_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    auth_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        auth_log.setLevel(saved_level)
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def machine_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a SLURM or taskset allocation)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def connect(cluster: ClusterConfig) -> bool:
-    """Start an in-process Ray (``local``) or join a running cluster; True if started here."""
+    """Start an in-process Ray (``local``) or join a running cluster; True if started here.
+
+    The local Ray gets this machine's real CPUs (and the GPUs Ray detects), so that
+    ``worker_count`` caps the workers at what fits instead of oversubscribing the cores, and
+    listens on loopback only, with no metrics endpoints.
+    """
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if cluster.kind == "local" and not cluster.address:
-        wanted = (cluster.num_workers or 1) * cluster.cpus_per_worker
-        cpus = max(os.cpu_count() or 1, int(wanted))
         # address="local": a fresh instance even when a `ray start` cluster (or a stale record
         # of one in /tmp/ray) exists on this machine; bare ray.init() would try to join it
-        ray.init(
-            address="local",
-            num_cpus=cpus,
-            include_dashboard=False,
-            object_store_memory=cluster.object_store_mb * 2**20,
-            logging_level=logging.WARNING,
-        )
+        with _loopback():
+            ray.init(
+                address="local",
+                num_cpus=machine_cpus(),
+                include_dashboard=False,
+                object_store_memory=cluster.object_store_mb * 2**20,
+                logging_level=logging.WARNING,
+                _node_ip_address="127.0.0.1",
+                _system_config={"enable_metrics_collection": False},
+            )
     else:
         # explicit only: Ray's "auto" also trusts a stale record of a dead cluster in /tmp/ray
         # and then retries its GCS for minutes
@@ -77,8 +136,8 @@ def worker_count(cluster: ClusterConfig, tasks: int) -> int:
     wanted = cluster.num_workers or max(1, fits)
     if wanted > fits:
         logger.warning(
-            "cluster.num_workers=%d but the cluster fits %d workers of %s CPU / %s GPU "
-            "(it has %s CPU, %s GPU); starting %d.",
+            "cluster.num_workers=%d but the cluster fits %d workers of %g CPU / %g GPU "
+            "(it has %g CPU, %g GPU); starting %d: more would only compete for the same resources.",
             wanted,
             fits,
             cluster.cpus_per_worker,
@@ -106,14 +165,21 @@ def start_reducer(cfg: JobConfig) -> Any:
     )
 
 
-def stop(actors: Sequence[Any], grace_s: float = 5.0) -> None:
-    """Ask actors to exit, then kill whatever is left after ``grace_s``."""
+def stop(actors: Sequence[Any], grace_s: float = 5.0, force: bool = False) -> None:
+    """Ask actors to exit (wait ``grace_s``; not when ``force``, e.g. on Ctrl-C), kill whatever
+    is left, and wait (up to ``grace_s``) until they are gone."""
     live = [a for a in actors if a is not None]
-    refs = [a.__ray_terminate__.remote() for a in live]
-    if refs:
+    if not live:
+        return
+    if not force:
+        refs = [a.__ray_terminate__.remote() for a in live]
         ray.wait(refs, num_returns=len(refs), timeout=grace_s)
     for a in live:
         ray.kill(a)
+    # ray.kill only asks the GCS; a ray.shutdown right after could stop the GCS first and leave
+    # a busy worker computing on its own. A call to a killed actor fails once it is dead.
+    probes = [a.__ray_ready__.remote() for a in live]
+    ray.wait(probes, num_returns=len(probes), timeout=grace_s)
 
 
 class Session:

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from trak_dist.distributed._interrupt import CtrlC
 from trak_dist.distributed._queue import TaskQueue
 from trak_dist.distributed._tasks import ShardTask
 
@@ -45,3 +46,4 @@ class DriverState:
     rows_reused: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
     restarts: int = 0
     retries: int = 0
+    ctrl_c: CtrlC = field(default_factory=CtrlC)

@@ -8,6 +8,7 @@ failure, so rerunning a killed job resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -19,13 +20,14 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from tqdm.auto import tqdm
 
+from trak_dist import failures
 from trak_dist.config import JobConfig
 from trak_dist.distributed import _ray
 from trak_dist.distributed._prepare import Prepared, prepare
 from trak_dist.distributed._queue import TaskQueue
 from trak_dist.distributed._state import DriverState, JobResult
 from trak_dist.distributed._tasks import ShardResult, ShardTask
-from trak_dist.errors import WorkerFailedError
+from trak_dist.errors import TrakDistError, WorkerFailedError
 from trak_dist.store import store_lock
 
 logger = logging.getLogger(__name__)
@@ -70,54 +72,63 @@ def run_job(
     started = False
     state = DriverState(TaskQueue())
     reducer = None
-    try:
-        # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
-        # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
-        # shared factor arrays under each other's readers. Scoring writes per-variant arrays
-        # and runs unlocked, in parallel.
-        with store_lock(cfg.store.path):
-            prep = prepare(cfg)
-            variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
-            started = _ray.connect(cfg.cluster)
-            phases["setup"] = time.perf_counter() - t0
-            state.pending.extend(prep.train_tasks + prep.target_tasks)
-            for t in prep.train_tasks:
-                state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
-            reducer = _ray.Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
-            t1 = time.perf_counter()
-            proj_dims = sorted({p for p, _ in variants})
-            _featurize(cfg, prep, state, reducer, on_shard)
-            ready = state.first_ready or t1
-            phases["worker_start"] = ready - t1
-            phases["featurize"] = time.perf_counter() - ready
-            t2 = time.perf_counter()
-            ray.get(state.finish_refs)
-            ids = list(range(len(prep.checkpoints)))
-            conditioning = ray.get(reducer.factorize.remote(ids, proj_dims))
-            phases["reduce"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        scores = []
-        s = cfg.scoring
-        for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
-            scores.append(
-                ray.get(
-                    reducer.score.remote(
-                        s.exp_name,
-                        ids,
-                        p,
-                        lam,
-                        s.kinv_scaling,
-                        s.topk,
-                        s.train_block,
-                        s.target_block,
+    interrupted = False
+    # Ctrl-C noted even while Ray blocks (see _interrupt.py); the previous handler after
+    with state.ctrl_c:
+        try:
+            # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
+            # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
+            # shared factor arrays under each other's readers. Scoring writes per-variant arrays
+            # and runs unlocked, in parallel.
+            with store_lock(cfg.store.path):
+                prep = prepare(cfg)
+                variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
+                started = _ray.connect(cfg.cluster)
+                phases["setup"] = time.perf_counter() - t0
+                state.pending.extend(prep.train_tasks + prep.target_tasks)
+                for t in prep.train_tasks:
+                    state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
+                reducer = _ray.Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
+                t1 = time.perf_counter()
+                proj_dims = sorted({p for p, _ in variants})
+                _featurize(cfg, prep, state, reducer, on_shard)
+                ready = state.first_ready or t1
+                phases["worker_start"] = ready - t1
+                phases["featurize"] = time.perf_counter() - ready
+                t2 = time.perf_counter()
+                _get(state, state.finish_refs)
+                ids = list(range(len(prep.checkpoints)))
+                conditioning = _get(state, reducer.factorize.remote(ids, proj_dims))
+                phases["reduce"] = time.perf_counter() - t2
+            t3 = time.perf_counter()
+            scores = []
+            s = cfg.scoring
+            for p, lam in tqdm(variants, desc="scoring", disable=not cfg.progress, unit="variant"):
+                scores.append(
+                    _get(
+                        state,
+                        reducer.score.remote(
+                            s.exp_name,
+                            ids,
+                            p,
+                            lam,
+                            s.kinv_scaling,
+                            s.topk,
+                            s.train_block,
+                            s.target_block,
+                        ),
                     )
                 )
-            )
-        phases["score"] = time.perf_counter() - t3
-    finally:
-        _ray.stop(state.workers if keep_alive or reducer is None else [*state.workers, reducer])
-        if started and not keep_alive:
-            ray.shutdown()
+            phases["score"] = time.perf_counter() - t3
+        except KeyboardInterrupt:
+            interrupted = True  # Ctrl-C: no polite wait for the shards in flight
+            raise
+        finally:
+            actors = state.workers if keep_alive or reducer is None else [*state.workers, reducer]
+            _ray.stop(actors, force=interrupted)
+            _drain(state)
+            if started and (interrupted or not keep_alive):
+                ray.shutdown()
     phases["total"] = time.perf_counter() - t0
     return JobResult(
         store=cfg.store.path,
@@ -134,6 +145,23 @@ def run_job(
         task_retries=state.retries,
         conditioning=conditioning,
     )
+
+
+def _get(state: DriverState, refs: Any) -> Any:
+    """``ray.get``, polled so that Ctrl-C is seen (``CtrlC``), raising an expected failure of
+    the reducer as itself (no Ray wrapper)."""
+    waiting = list(refs) if isinstance(refs, list) else [refs]
+    while waiting:
+        state.ctrl_c.check()
+        _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=POLL_S)
+    state.ctrl_c.check()
+    try:
+        return ray.get(refs)
+    except RayTaskError as e:
+        cause = failures.unwrap(e)
+        if cause is not e and failures.describe(cause) is not None:
+            raise cause from e
+        raise
 
 
 def _featurize(
@@ -162,6 +190,7 @@ def _featurize(
         while state.pending or state.inflight:
             _fill(state)
             ready, _ = ray.wait([*state.inflight, *state.starting], num_returns=1, timeout=POLL_S)
+            state.ctrl_c.check()
             if not ready:
                 _check_stalled(cfg, state)
             for ref in ready:
@@ -169,7 +198,7 @@ def _featurize(
                     _started(cfg, prep, state, ref)
                     continue
                 task, slot, xtx_ref = state.inflight.pop(ref)
-                result = _collect(cfg, prep, state, ref, task, slot)
+                result = _collect(cfg, prep, state, ref, task, slot, xtx_ref)
                 if result is None:
                     continue
                 state.last_progress = time.perf_counter()
@@ -207,8 +236,11 @@ def _started(cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any) -> No
     except RayActorError as e:
         if e.actor_init_failed:
             # the constructor raised (bad config, unreadable store, import error): every
-            # replacement would fail the same way
-            raise WorkerFailedError(f"a worker failed to start: {e}") from e
+            # replacement would fail the same way. Ray keeps only the text of its traceback.
+            raise WorkerFailedError(
+                f"a worker failed to start: {failures.last_error_line(str(e))}. Fix the cause "
+                "and rerun (TRAK_DIST_DEBUG=1 shows the worker's traceback)."
+            ) from e
         _replace(cfg, prep, state, slot, f"worker {slot} failed to start", e)
         return
     state.last_progress = time.perf_counter()
@@ -251,8 +283,33 @@ def _fill(state: DriverState) -> None:
         state.inflight[meta] = (task, slot, xtx)
 
 
+def _drain(state: DriverState) -> None:
+    """After a failure: read the errors of the shards still in flight (their workers failed
+    too, or were stopped), so that Ray prints none of them as an "Unhandled error"."""
+    refs = [r for meta, (_, _, xtx) in state.inflight.items() for r in (meta, xtx)]
+    state.inflight.clear()
+    if refs:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=2.0)
+        for ref in ready:
+            _consume(ref)
+
+
+def _consume(ref: Any) -> None:
+    """Read the failed task's other return (its error, ready with the first) so that Ray does
+    not print it as an "Unhandled error" traceback when the reference is dropped."""
+    # the same error, already being handled through the first reference
+    with contextlib.suppress(Exception):
+        ray.get(ref, timeout=1.0)
+
+
 def _collect(
-    cfg: JobConfig, prep: Prepared, state: DriverState, ref: Any, task: ShardTask, slot: int
+    cfg: JobConfig,
+    prep: Prepared,
+    state: DriverState,
+    ref: Any,
+    task: ShardTask,
+    slot: int,
+    xtx_ref: Any,
 ) -> ShardResult | None:
     """The shard's result, or None after arranging a rerun (raises when out of retries)."""
     try:
@@ -260,13 +317,19 @@ def _collect(
     except RayActorError as e:
         _replace(cfg, prep, state, slot, f"worker {slot} died running {task}", e)
     except RayTaskError as e:
+        _consume(xtx_ref)
+        cause = failures.unwrap(e)
+        if isinstance(cause, TrakDistError):
+            # raised on purpose (bad data, a mismatched store): a retry would only repeat it
+            raise cause from e
+        what = failures.gist(cause)
         if task.attempt >= cfg.featurize.max_task_retries:
             raise WorkerFailedError(
                 f"{task} failed {task.attempt + 1} times (featurize.max_task_retries="
-                f"{cfg.featurize.max_task_retries}); last error: {e.cause!r}. Fix the cause and "
+                f"{cfg.featurize.max_task_retries}); last error: {what}. Fix the cause and "
                 "rerun: committed chunks are kept."
             ) from e
-        logger.warning("%s failed (%r); retrying", task, e.cause)
+        logger.warning("%s failed (%s); retrying", task, what)
         state.idle.append(slot)
     state.retries += 1
     state.pending.push_front(task.retry())

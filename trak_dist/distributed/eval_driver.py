@@ -20,8 +20,10 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 from tqdm.auto import tqdm
 
+from trak_dist import failures
 from trak_dist.config import EvalConfig, JobConfig, ModelConfig
 from trak_dist.distributed import _ray
+from trak_dist.distributed._interrupt import CtrlC
 from trak_dist.distributed.driver import _absolute_store
 from trak_dist.errors import ConfigError, StoreStateError, TrakDistError, WorkerFailedError
 from trak_dist.lds._retrain import SubsetTrainer
@@ -108,7 +110,7 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
     if todo:
         started = _ray.connect(cfg.cluster)
         try:
-            _train_all(cfg, ev, [int(j) for j in todo], on_model)
+            _train_all(cfg, ev, [int(j) for j in todo], on_model, cancel=not started)
         finally:
             if started:
                 ray.shutdown()
@@ -130,8 +132,20 @@ def _window(cfg: JobConfig) -> int:
 
 
 def _train_all(
-    cfg: JobConfig, ev: EvalSet, todo: list[int], on_model: Callable[[int], None] | None
+    cfg: JobConfig,
+    ev: EvalSet,
+    todo: list[int],
+    on_model: Callable[[int], None] | None,
+    cancel: bool = True,
 ) -> None:
+    """Train ``todo`` as Ray tasks, storing each as it finishes.
+
+    Args:
+        cancel: on failure or Ctrl-C, cancel the tasks still running (on a joined cluster).
+            A Ray started here is shut down instead, which stops them: a forced cancel racing
+            a task's reply can abort the driver in Ray's task manager ("Tried to complete task
+            that was not pending"), seen on Ctrl-C.
+    """
     task = ray.remote(_train_one).options(
         num_cpus=cfg.eval.cpus_per_model,
         num_gpus=cfg.eval.gpus_per_model,
@@ -149,33 +163,37 @@ def _train_all(
             refs[task.remote(cfg_ref, indices, recipe_seed(cfg.eval.seed, j))] = j
 
     bar = tqdm(total=len(todo), desc="subset models", unit="model", disable=not cfg.progress)
-    try:
-        submit()
-        while refs:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
-            for ref in ready:
-                j = refs.pop(ref)
-                ev.write(j, _result(ref, j, ev))
-                bar.update()
-                submit()
-                if on_model is not None:
-                    on_model(j)
-    finally:
-        bar.close()
-        for ref in refs:
-            ray.cancel(ref, force=True)
+    # Ctrl-C noted even while Ray blocks (see _interrupt.py), raised at the next poll
+    with CtrlC() as ctrl_c:
+        try:
+            submit()
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
+                ctrl_c.check()
+                for ref in ready:
+                    j = refs.pop(ref)
+                    ev.write(j, _result(ref, j, ev))
+                    bar.update()
+                    submit()
+                    if on_model is not None:
+                        on_model(j)
+        finally:
+            bar.close()
+            for ref in refs if cancel else ():
+                ray.cancel(ref, force=True)
 
 
 def _result(ref: Any, j: int, ev: EvalSet) -> np.ndarray:
     try:
         return np.asarray(ray.get(ref))
     except RayTaskError as e:
-        if isinstance(e.cause, TrakDistError):
-            raise e.cause from None  # the recipe's or config's own clear message
-        cause: Any = e.cause
+        cause: Any = failures.unwrap(e)
+        if isinstance(cause, TrakDistError):
+            raise cause from None  # the recipe's or config's own clear message
     except RayError as e:  # the task's worker died more often than max_retries allows
         cause = e
     raise WorkerFailedError(
-        f"training subset model {j} failed: {cause!r}. The {int(ev.done().sum())} finished "
-        "models are kept; fix the cause and rerun `trak-dist eval`."
+        f"training subset model {j} failed: {failures.gist(cause)}. The "
+        f"{int(ev.done().sum())} finished models are kept; fix the cause and rerun "
+        f"`trak-dist eval` ({failures.DEBUG_ENV}=1 shows the traceback)."
     ) from cause

@@ -14,7 +14,7 @@ import torch
 
 from trak_dist.config import JobConfig
 from trak_dist.distributed._tasks import ShardResult, ShardTask
-from trak_dist.errors import StoreDamagedError
+from trak_dist.errors import LabelError, StoreDamagedError
 from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.scoring import gram
@@ -149,17 +149,23 @@ class Worker:
         step = self.cfg.featurize.micro_batch
         xs, qs, hs = [], [], []
         for b0 in range(c0, c1, step):
-            batch = batch_of(data, b0, min(c1, b0 + step))
+            b1 = min(c1, b0 + step)
+            batch = batch_of(data, b0, b1)
             hs.append(row_hashes(batch))
-            if task.kind == "train":
-                x, q = self.featurizer.featurize(batch, task.model_id)
-                qs.append(q.numpy())
-            else:
-                x = self.featurizer.project(batch, task.model_id)
+            try:
+                if task.kind == "train":
+                    x, q = self.featurizer.featurize(batch, task.model_id)
+                    qs.append(q.numpy())
+                else:
+                    x = self.featurizer.project(batch, task.model_id)
+            except LabelError as e:
+                kind = "train set" if task.kind == "train" else f"target set {task.exp!r}"
+                raise e.at(range(b0, b1), f"{kind} rows") from None
             xs.append(x.numpy())
-        # rounded to the stored dtype first, so the partial XᵀX equals one recomputed from the store
-        x_stored = np.concatenate(xs).astype(rows.X.dtype)
-        rows.write(c0, x_stored, np.concatenate(qs) if qs else None, np.concatenate(hs))
+        chunk = np.concatenate(xs)
+        # refuses non-finite rows before writing anything (RowSet)
+        rows.write(c0, chunk, np.concatenate(qs) if qs else None, np.concatenate(hs))
         self.store.bind(rows, self._fingerprint, f"{task}")
         rows.commit(c0, c1)
-        return x_stored
+        # rounded to the stored dtype, so the partial XᵀX equals one recomputed from the store
+        return chunk.astype(rows.X.dtype)

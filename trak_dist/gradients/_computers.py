@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from trak_dist.batches import Batch, batch_size, slice_batch, to_device
+from trak_dist.errors import LabelError
 from trak_dist.gradients._layout import ParamLayout
 
 
@@ -92,7 +93,10 @@ class IterativeGradientComputer(GradientComputer):
         rows: list[tuple[Tensor, ...]] = []
         for k in range(batch_size(batch)):
             sample = slice_batch(batch, k, k + 1)
-            out = self._output(leaves, *(_squeeze0(s) for s in _samples(sample)))
+            try:
+                out = self._output(leaves, *(_squeeze0(s) for s in _samples(sample)))
+            except LabelError as e:  # raised for a batch of one: it is sample k
+                raise e.at([k], "batch positions") from None
             rows.append(torch.autograd.grad(out, list(leaves.values())))
         return {name: torch.stack([r[j] for r in rows]) for j, name in enumerate(self.layout.names)}
 

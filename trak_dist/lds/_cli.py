@@ -6,7 +6,6 @@ the ``eval.*`` options, e.g. ``trak-dist eval eval.num_models=200 cluster=ray``.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,22 +31,27 @@ eval.bootstrap, eval.cpus_per_model, eval.gpus_per_model, eval.overwrite.
 """
 
 
+RESUME = "the finished subset models are kept: rerun the same command to train the rest"
+
+
 def main(argv: list[str]) -> int:
     """Entry point of the subcommand; returns the exit code."""
     if {"-h", "--help"} & set(argv):
         print(USAGE)
         return 0
-    from trak_dist.errors import TrakDistError
+    from trak_dist import failures
 
+    # as for `trak-dist`: an expected failure (raised inside a Ray task too, an OSError, a
+    # corrupt file) is one line and exit 2, Ctrl-C exit 130 with how to resume
     try:
-        cfg = _compose(argv)
-        from trak_dist.lds import evaluate_config
+        with failures.reported("trak-dist eval", RESUME):
+            cfg = _compose(argv)
+            from trak_dist.lds import evaluate_config
 
-        out = Path(cfg.eval.output_dir or time.strftime("outputs/eval/%Y-%m-%d/%H-%M-%S"))
-        ev = evaluate_config(cfg, out)
-    except TrakDistError as e:
-        print(f"trak-dist eval: error: {e}", file=sys.stderr)
-        return 2
+            out = Path(cfg.eval.output_dir or time.strftime("outputs/eval/%Y-%m-%d/%H-%M-%S"))
+            ev = evaluate_config(cfg, out)
+    except SystemExit as e:
+        return int(e.code or 0)
     run = ev.run
     print(
         f"subset models: {run.trained} trained, {run.reused} reused from the store "

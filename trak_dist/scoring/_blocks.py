@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from trak_dist.errors import StoreStateError
+from trak_dist.errors import NonFiniteError, StoreStateError
 from trak_dist.scoring._factor import Factorization, gram
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
@@ -49,7 +49,7 @@ def ensure_factor(
             f"model_id={model_id} has no XᵀX in {store.where}: its train features are not "
             "finalised. Run finalize_features (or the pipeline's featurise phase) first."
         )
-    factor = Factorization.of(xtx[:proj_dim, :proj_dim], n, device)
+    factor = Factorization.of(xtx[:proj_dim, :proj_dim], n, device, f"model_id={model_id}")
     store.write_factor(model_id, proj_dim, factor.eigenvalues, factor.eigenvectors)
     return factor
 
@@ -65,6 +65,21 @@ def _merge_topk(
         vals, pos = torch.topk(both, min(k, both.shape[0]), dim=0)
         idx = torch.gather(torch.cat([best[1], idx]), 0, pos)
     return vals, idx
+
+
+def _refuse_non_finite(block: torch.Tensor, r0: int, t0: int, exp: str, variant: str) -> None:
+    """The last guard of "no NaN score with exit code 0": the rows, Q and XᵀX read are checked
+    finite (non-finite rows are never committed; reads are checked, store/_integrity.py), so a
+    non-finite score can only be float32 overflow of X·Y."""
+    bad = ~torch.isfinite(block)
+    if bool(bad.any()):
+        rows, cols = bad.nonzero(as_tuple=True)
+        raise NonFiniteError(
+            f"scores {exp}/{variant} are non-finite at {int(bad.sum())} entries, e.g. train row "
+            f"{r0 + int(rows[0])} × target {t0 + int(cols[0])}, though the features read were "
+            "finite: they overflow float32. Use a larger lambda_reg (or lambda_reg=auto); the "
+            "previous scores are kept."
+        )
 
 
 def compute_scores(
@@ -94,6 +109,7 @@ def compute_scores(
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)
+    lambda_reg = parse_lambda(lambda_reg)  # a NaN/inf λ is refused before any work
     if p > spec.proj_dim:
         raise StoreStateError(
             f"proj_dim={p} exceeds the store's featurised proj_dim={spec.proj_dim}; "
@@ -110,7 +126,12 @@ def compute_scores(
     store.check_same_items(list(zip(ids, train_sets, strict=True)), "train")
     store.check_same_items(list(zip(ids, target_sets, strict=True)), f"target ({exp!r})")
 
-    lambda_reg = parse_lambda(lambda_reg)
+    # every checkpoint's λ first (auto: from its spectrum; a non-finite XᵀX or factor is a
+    # NonFiniteError, not auto's fallback λ = 1). Factors are re-read below: one p² factor in
+    # memory at a time.
+    lambdas = [
+        ensure_factor(store, c, p, device).resolve_lambda(lambda_reg, f"model_id={c}") for c in ids
+    ]
     name = variant_name(p, lambda_reg, kinv_scaling)
     attrs = {
         "proj_dim": p,
@@ -123,13 +144,9 @@ def compute_scores(
     with store.create_scores(exp, name, n, m, topk, attrs) as sset:
         tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
         ys = sset.group.require_group("Y")
-        lambdas = []
-        for c, ts in zip(ids, target_sets, strict=True):
+        for c, lam, ts in zip(ids, lambdas, target_sets, strict=True):
             factor = ensure_factor(store, c, p, device)
-            lambdas.append(factor.resolve_lambda(lambda_reg))
-            kinv = torch.as_tensor(
-                factor.kinv(lambdas[-1], kinv_scaling, f"model_id={c}"), device=device
-            )
+            kinv = torch.as_tensor(factor.kinv(lam, kinv_scaling, f"model_id={c}"), device=device)
             y = ys.create_array(
                 str(c),
                 shape=(m, p),
@@ -168,6 +185,7 @@ def compute_scores(
                     acc.addmm_(x, yb.T)
                     qbar += torch.as_tensor(rs.read_q(r0, r1), device=device)
                 block = (acc / len(ids)) * (qbar / len(ids))[:, None]
+                _refuse_non_finite(block, r0, t0, exp, name)
                 sset.write_block(r0, t0, block.cpu().numpy())
                 best = _merge_topk(best, block, r0, k)
                 worst = _merge_topk(worst, -block, r0, k)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from trak_dist.errors import ConfigError, IllConditionedError
+from trak_dist.errors import ConfigError, IllConditionedError, NonFiniteError
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_lambda
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,22 @@ def gram(x: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> np
     return (t.T @ t).cpu().numpy()
 
 
+def _damaged(context: str) -> str:
+    return (
+        f"XᵀX{f' ({context})' if context else ''} or its eigenvalues hold NaN/inf: the stored "
+        "features it was built from are damaged (non-finite rows are never committed). "
+        "Featurise again into a new store (or store.overwrite=true)."
+    )
+
+
+def check_lambda(lambda_reg: float) -> None:
+    """Refuse a λ that is negative, NaN or infinite (NaN passes ``< 0`` and poisons every score)."""
+    if not (math.isfinite(lambda_reg) and lambda_reg >= 0):
+        raise ConfigError(
+            f"lambda_reg={lambda_reg}; expected a finite value ≥ 0 (e.g. 1e-2) or lambda_reg=auto."
+        )
+
+
 @dataclass(frozen=True)
 class Factorization:
     """Eigendecomposition XᵀX = V diag(e) Vᵀ; (XᵀX + λI)⁻¹ = V diag(1/(e+λ)) Vᵀ for any λ."""
@@ -33,8 +50,15 @@ class Factorization:
 
     @classmethod
     def of(
-        cls, xtx: np.ndarray, train_size: int, device: torch.device | str = "cpu"
+        cls,
+        xtx: np.ndarray,
+        train_size: int,
+        device: torch.device | str = "cpu",
+        context: str = "",
     ) -> Factorization:
+        """Raises NonFiniteError for an XᵀX with NaN/inf entries (``context`` names it)."""
+        if not np.isfinite(xtx).all():
+            raise NonFiniteError(_damaged(context))
         t = torch.as_tensor(xtx, dtype=torch.float64, device=device)
         evals, evecs = torch.linalg.eigh((t + t.T) / 2)
         return cls(evals.cpu().numpy(), evecs.cpu().numpy(), train_size)
@@ -43,11 +67,22 @@ class Factorization:
     def proj_dim(self) -> int:
         return int(self.eigenvalues.shape[0])
 
-    def resolve_lambda(self, lambda_reg: LambdaReg) -> float:
-        """The λ to use: ``lambda_reg`` itself, or the ``auto`` rule on these eigenvalues."""
+    def resolve_lambda(self, lambda_reg: LambdaReg, context: str = "") -> float:
+        """The λ to use: ``lambda_reg`` itself, or the ``auto`` rule on these eigenvalues.
+
+        Raises:
+            NonFiniteError: NaN/inf eigenvalues (e.g. a damaged stored factor), which
+                ``auto_lambda`` would otherwise turn into its fallback λ = 1.
+        """
+        self.check_finite(context)
         if lambda_reg == AUTO:
             return auto_lambda(self.eigenvalues)
         return float(lambda_reg)
+
+    def check_finite(self, context: str = "") -> None:
+        """Raises NonFiniteError if the eigenvalues hold NaN/inf (a damaged stored factor)."""
+        if not np.isfinite(self.eigenvalues).all():
+            raise NonFiniteError(_damaged(context))
 
     def kinv(self, lambda_reg: float, scaling: str = "mean_abs", context: str = "") -> np.ndarray:
         """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs``
@@ -56,8 +91,7 @@ class Factorization:
         Raises:
             IllConditionedError: XᵀX + λI is singular to float64 precision.
         """
-        if not np.isfinite(lambda_reg) or lambda_reg < 0:
-            raise ConfigError(f"lambda_reg={lambda_reg}; expected a finite value ≥ 0.")
+        check_lambda(lambda_reg)
         if scaling not in KINV_SCALINGS:
             raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
         self.check_conditioning(lambda_reg, context)
@@ -69,6 +103,7 @@ class Factorization:
 
     def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
         """The condition number of XᵀX + λI; raises when it is numerically singular."""
+        self.check_finite(context)
         e = self.eigenvalues + lambda_reg
         top = float(e.max())
         low = float(e.min())

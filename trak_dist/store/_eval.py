@@ -27,7 +27,12 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import ConfigError, StoreDamagedError, StoreMismatchError, StoreStateError
+from trak_dist.errors import (
+    NonFiniteError,
+    StoreDamagedError,
+    StoreMismatchError,
+    StoreStateError,
+)
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import (
     Damage,
@@ -209,24 +214,29 @@ class EvalSet:
         """Store model ``j``'s target margins ``[m]``, then mark it done.
 
         Raises:
-            ConfigError: margins of the wrong shape, or not finite (the recipe diverged).
+            StoreStateError: margins of the wrong shape.
+            NonFiniteError: a margin is NaN/inf (nothing is stored: one NaN would make the
+                Spearman correlation of every target it touches NaN).
         """
         if margins.shape != (self.margins.shape[1],):
             raise StoreStateError(
                 f"subset model {j} returned margins of shape {margins.shape}; the experiment "
                 f"has {self.margins.shape[1]} targets."
             )
-        values = margins.astype(np.float32)
-        bad = np.flatnonzero(~np.isfinite(values))
+        with np.errstate(over="ignore"):  # an overflow to inf is refused just below
+            stored = margins.astype(np.float32)
+        bad = np.flatnonzero(~np.isfinite(stored))
         if len(bad):
-            # NaN is the fill value: stored, they would read as a model never written
-            raise ConfigError(
+            # and NaN is the fill value: stored, they would read as a model never written
+            more = " …" if len(bad) > 10 else ""
+            raise NonFiniteError(
                 f"subset model {j} (recipe {self.group.attrs.get('recipe')!r}) gave non-finite "
-                f"outputs on {len(bad)} of {len(values)} targets (first: {bad[:5].tolist()}): "
-                "its training diverged. Fix eval.recipe (learning rate, epochs) and rerun "
-                "`trak-dist eval`; the finished models are kept."
+                f"outputs on {len(bad)} of the {len(stored)} targets, e.g. target rows "
+                f"{bad[:10].tolist()}{more}: nothing of it was stored. Its training diverged "
+                "(fix eval.recipe: learning rate, epochs) or those targets hold NaN/inf values; "
+                "then rerun `trak-dist eval` (the finished models are kept)."
             )
-        self.margins[j] = values
+        self.margins[j] = stored
         self._done[j : j + 1] = 1
 
     def uncommit(self, models: np.ndarray) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import ConfigError, StoreDamagedError, StoreMismatchError
+from trak_dist.errors import ConfigError, NonFiniteError, StoreDamagedError, StoreMismatchError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._hashes import describe_rows
 from trak_dist.store._integrity import checked_read, delete_chunk, store_location
@@ -192,13 +192,31 @@ class RowSet:
         """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring)."""
         end = start + x.shape[0]
         self.chunk_range(start, end)
-        self._write(slice(start, end), x, q, h)
+        self._write(slice(start, end), self._stored(np.arange(start, end), x, q), q, h)
+
+    def describe(self) -> str:
+        """Whose rows these are, for messages: ``train rows of model_id=0``."""
+        parts = self.group.path.strip("/").split("/")
+        if parts[0] == "train" and len(parts) == 2:
+            return f"train rows of model_id={parts[1]}"
+        if parts[0] == "targets" and len(parts) == 3:
+            return f"target rows of experiment {parts[1]!r}, model_id={parts[2]}"
+        return f"rows of {self.group.path}"
+
+    def _stored(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None) -> np.ndarray:
+        """``x`` in the store's dtype; NonFiniteError (naming rows ``inds``) before anything of
+        it is written or staged if a row is NaN/inf. Only new rows are checked here (``write``,
+        ``write_rows``); what is read back (a fold) is checked by ``checked_read``."""
+        if x.shape[1] != self.proj_dim:
+            raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
+        with np.errstate(over="ignore"):  # an overflow to inf is refused, with its cause, below
+            stored = x.astype(self.X.dtype, copy=False)
+        refuse_non_finite(stored, x, q, inds, self.describe())
+        return stored
 
     def _write(
         self, rows: slice, x: np.ndarray, q: np.ndarray | None, h: np.ndarray | None = None
     ) -> None:
-        if x.shape[1] != self.proj_dim:
-            raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
         self.X[rows] = x.astype(self.X.dtype, copy=False)
         if q is not None and self.Q is not None:
             self.Q[rows] = q.astype(np.float32, copy=False)
@@ -293,6 +311,7 @@ class RowSet:
         inds = self._check_rows(inds, x.shape[0])
         if h.shape != inds.shape:
             raise ConfigError(f"{len(h)} row hashes for a batch of {len(inds)} samples.")
+        self._stored(inds, x, q)  # refuses non-finite rows before any is written or staged
         order = np.argsort(inds, kind="stable")
         inds, x, h = inds[order], x[order], h[order]
         q = None if q is None else q[order]
@@ -306,7 +325,10 @@ class RowSet:
             start = int(chunk[f]) * self.chunk_rows
             if k == min(self.n, start + self.chunk_rows) - start:  # sorted, distinct: the chunk
                 rows = slice(f, f + k)
-                self.write(start, x[rows], None if q is None else q[rows], h[rows])
+                # checked above (_stored), with the whole batch
+                self._write(
+                    slice(start, start + k), x[rows], None if q is None else q[rows], h[rows]
+                )
                 self.commit(start, start + k)
                 staged[rows] = False
         if staged.any():
@@ -433,7 +455,7 @@ class RowSet:
                         q[has] = qw[has]
             if checkpoint is not None and committed == 0:
                 self.bind(checkpoint, fresh=True)  # as a direct commit binds; read afresh
-            self.write(start, x, q, h)
+            self._write(slice(start, end), x, q, h)  # read checked: finite, whole chunk
             self.commit(start, end)
             committed += 1
         if chunks is None and committed == len(todo) and staging(self.group) is not None:
@@ -472,3 +494,41 @@ class RowSet:
         if isinstance(rows, slice):
             return checked_read(self.H, (rows,)) if checked else np.asarray(self.H[rows])
         return np.asarray(self.H.get_orthogonal_selection(np.asarray(rows, dtype=np.int64)))
+
+
+def refuse_non_finite(
+    stored: np.ndarray, raw: np.ndarray, q: np.ndarray | None, rows: np.ndarray, who: str
+) -> None:
+    """Raise NonFiniteError unless every row is finite as stored (before anything is written).
+
+    Args:
+        stored: ``[B, p]`` rows in the store's dtype.
+        raw: the same rows as computed (float32), to tell overflow in float16 from NaN input.
+        q: ``[B]`` out-to-loss weights, or None.
+        rows: ``[B]`` dataset row of each.
+        who: whose rows (``RowSet.describe``).
+    """
+    # one pass over a chunk: negligible next to the gradients that produced it
+    bad_x = ~np.isfinite(stored).all(axis=1)
+    bad_q = np.zeros_like(bad_x) if q is None else ~np.isfinite(q)
+    if not (bad_x.any() or bad_q.any()):
+        return
+    bad = bad_x | bad_q
+    shown = rows[bad][:10].tolist()
+    more = " …" if int(bad.sum()) > 10 else ""
+    what = "projected gradients" if bad_x.any() else "Q (out-to-loss weights)"
+    head = (
+        f"non-finite {what} in {who}, rows {shown}{more} ({int(bad.sum())} of the {len(rows)} "
+        "being written): nothing was written or committed."
+    )
+    if bad_x.any() and np.isfinite(raw[bad_x]).all():
+        largest = float(np.abs(raw[bad_x]).max())
+        raise NonFiniteError(
+            f"{head} Their values (max |x| = {largest:.3g}) overflow the store's {stored.dtype}; "
+            "store float32 features instead (featurize.half_precision=false, or "
+            "use_half_precision=False) in a new store."
+        )
+    raise NonFiniteError(
+        f"{head} Check those samples for NaN/inf values or labels outside the model's classes, "
+        "and the checkpoint for NaN/inf weights; then rerun: committed chunks are kept."
+    )

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from trak_dist.errors import LabelError
+
 Params = dict[str, Tensor]
 
 
@@ -101,27 +103,56 @@ class BatchedOutput(ModelOutput):
         return self.outputs(model, None, batch)
 
 
+def valid_labels(logits: Tensor, labels: Tensor) -> Tensor:
+    """``[B]`` bool: which labels are one of the ``C`` classes of ``logits`` ``[B, C]``.
+
+    Raises:
+        LabelError: some label is outside ``[0, C)``, when the values can be read. Under
+            ``torch.func.vmap`` they cannot (no data-dependent control flow there): the caller
+            then poisons those samples' outputs with NaN, which the store refuses to commit.
+    """
+    classes = int(logits.shape[-1])
+    valid = (labels >= 0) & (labels < classes)
+    try:
+        ok = bool(valid.all())
+    except RuntimeError:  # inside vmap: the labels are batched, their values unreadable
+        return valid
+    if not ok:
+        bad = (~valid).nonzero().reshape(-1)
+        raise LabelError(labels[bad].tolist(), bad.tolist(), classes)
+    return valid
+
+
 def margin(logits: Tensor, labels: Tensor) -> Tensor:
     """log p/(1−p) of the correct class: its logit minus logsumexp of the other logits.
 
     Args:
         logits: ``[B, C]``.
-        labels: ``[B]``.
+        labels: ``[B]``, each in ``[0, C)`` (else LabelError; NaN outputs under vmap).
 
     Returns:
         ``[B]``.
     """
+    valid = valid_labels(logits, labels)
+    # a label of −1 would otherwise silently index the last class
+    safe = torch.where(valid, labels, torch.zeros_like(labels))
     rows = torch.arange(logits.shape[0], device=logits.device)
-    correct = logits[rows, labels]
+    correct = logits[rows, safe]
     others = logits.clone()
-    others[rows, labels] = torch.tensor(-torch.inf, device=logits.device, dtype=logits.dtype)
-    return correct - others.logsumexp(dim=-1)
+    others[rows, safe] = torch.tensor(-torch.inf, device=logits.device, dtype=logits.dtype)
+    out = correct - others.logsumexp(dim=-1)
+    # ×1 is exact for valid samples; ×NaN makes an invalid one's output and gradient NaN
+    poison = torch.where(valid, torch.ones_like(out), torch.full_like(out, torch.nan))
+    return out * poison
 
 
 def one_minus_p(logits: Tensor, labels: Tensor, temperature: float) -> Tensor:
-    """Q = 1 − softmax(logits / T)[label], shape ``[B]``."""
+    """Q = 1 − softmax(logits / T)[label], shape ``[B]`` (labels checked as in ``margin``)."""
+    valid = valid_labels(logits, labels)
+    safe = torch.where(valid, labels, torch.zeros_like(labels))
     probs = torch.softmax(logits / temperature, dim=-1)
-    return (1 - probs[torch.arange(logits.shape[0], device=logits.device), labels]).detach()
+    q = 1 - probs[torch.arange(logits.shape[0], device=logits.device), safe]
+    return torch.where(valid, q, torch.full_like(q, torch.nan)).detach()
 
 
 def describe(task: Any) -> str:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 
 from trak_dist.batches import Batch
-from trak_dist.errors import ConfigError
-from trak_dist.tasks._base import BatchedOutput, Params, margin
+from trak_dist.errors import ConfigError, LabelError
+from trak_dist.tasks._base import BatchedOutput, Params, margin, valid_labels
 from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 IGNORE_INDEX = -100  # Hugging Face's "no loss here" label
@@ -109,13 +110,28 @@ class CausalLM(BatchedOutput):
     @staticmethod
     def _summed_margin(z: Tensor, targets: Tensor, counted: Tensor) -> Tensor:
         """f ``[B]``."""
-        per_token = margin(z.reshape(-1, z.shape[-1]), targets.reshape(-1)).view(targets.shape)
+        with _per_sample(targets):
+            per_token = margin(z.reshape(-1, z.shape[-1]), targets.reshape(-1))
+        per_token = per_token.view(targets.shape)
         # where, not a product: a position that does not count contributes exactly 0
         return torch.where(counted, per_token, 0).sum(dim=1)
 
     def _q(self, z: Tensor, targets: Tensor, counted: Tensor) -> Tensor:
         """Q ``[B]`` (detached)."""
+        # a token id ≥ the vocabulary: a LabelError, not gather's index error
+        with _per_sample(targets):
+            valid_labels(z.reshape(-1, z.shape[-1]), targets.reshape(-1))
         probs = torch.softmax(z / self.loss_temperature, dim=-1)
         p = probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         residual = torch.where(counted, 1 - p, 0).sum(dim=1)
         return (residual / counted.sum(dim=1).clamp(min=1)).detach()
+
+
+@contextmanager
+def _per_sample(targets: Tensor) -> Iterator[None]:
+    """A LabelError of the flattened ``[B·(T-1)]`` tokens, restated per sample of the batch."""
+    try:
+        yield
+    except LabelError as e:
+        tokens = targets.shape[1]
+        raise e.at([i // tokens for i in range(targets.numel())], "batch positions") from None

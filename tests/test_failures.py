@@ -1,0 +1,79 @@
+"""Expected failures as one line: OSErrors, corrupt files, Ray's wrappers, Ctrl-C."""
+
+import errno
+import json
+
+import pytest
+
+from trak_dist import failures
+from trak_dist.errors import ConfigError, IllConditionedError, StoreMismatchError
+
+
+@pytest.mark.parametrize(
+    ("err", "says"),
+    [
+        (PermissionError(errno.EACCES, "Permission denied", "/ro/s.zarr"), "choose another"),
+        (OSError(errno.EROFS, "Read-only file system", "/ro/s.zarr"), "choose another"),
+        (OSError(errno.ENOSPC, "No space left on device", "/full/s.zarr"), "Free space"),
+        (FileNotFoundError(errno.ENOENT, "No such file or directory", "/x"), "path exists"),
+        (OSError(errno.EIO, "Input/output error", "/bad/disk"), "its disk"),
+    ],
+)
+def test_os_errors_name_the_path_and_what_to_do(err, says):
+    line = failures.describe(err)
+    assert line is not None and "\n" not in line
+    assert err.strerror in line and err.filename in line and says in line
+
+
+def test_corrupt_files_and_bugs():
+    try:
+        json.loads('{"zarr_format": 3, "node_ty')
+    except json.JSONDecodeError as e:
+        line = failures.describe(e)
+    assert line is not None and "JSON file is corrupt" in line and "line 1" in line
+    assert failures.describe(KeyError("a bug")) is None  # keeps its traceback
+    multi = StoreMismatchError("settings differ:\n  - seed: 0 vs 1\nUse a new store path.")
+    assert failures.describe(multi) == "settings differ: - seed: 0 vs 1 Use a new store path."
+
+
+def test_ray_task_errors_are_unwrapped():
+    from ray.exceptions import RayTaskError
+
+    cause = IllConditionedError("XᵀX + λI is singular (model_id=0)")
+    wrapped = RayTaskError("Reducer.score", "Traceback (most recent call last):\n ...", cause)
+    dual = wrapped.as_instanceof_cause()  # what ray.get raises: RayTaskError(IllConditioned…)
+    assert isinstance(dual, IllConditionedError) and failures.unwrap(dual) is cause
+    assert failures.describe(dual) == str(cause)
+    nested = RayTaskError("outer", "tb", wrapped)
+    assert failures.unwrap(nested) is cause
+
+
+def test_remote_traceback_text_keeps_its_last_error():
+    text = (
+        "ray::Worker.__init__() (pid=1, ip=127.0.0.1, repr=<Worker>)\n"
+        '  File "worker.py", line 3, in __init__\n'
+        "    raise ConfigError(...)\n"
+        "trak_dist.errors.ConfigError: checkpoint c.pt could not be loaded\n"
+    )
+    assert failures.last_error_line(text) == "ConfigError: checkpoint c.pt could not be loaded"
+    assert failures.gist(RuntimeError("first. second")) == "RuntimeError: first"
+    assert failures.gist(EOFError()) == "EOFError"
+
+
+def test_reported_exit_codes(capsys, monkeypatch):
+    monkeypatch.delenv(failures.DEBUG_ENV, raising=False)
+    with pytest.raises(SystemExit) as e, failures.reported("prog"):
+        raise ConfigError("proj_dim=0; expected a positive integer.")
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "prog: error: proj_dim=0; expected a positive integer.\n"
+    with pytest.raises(SystemExit) as e, failures.reported("prog"):
+        raise KeyboardInterrupt
+    assert e.value.code == 130
+    assert capsys.readouterr().err == f"prog: interrupted; {failures.RESUME}.\n"
+    with pytest.raises(KeyError), failures.reported("prog"):  # a bug: its traceback stays
+        raise KeyError("bug")
+    monkeypatch.setenv(failures.DEBUG_ENV, "1")
+    with pytest.raises(SystemExit), failures.reported("prog"):
+        raise OSError(errno.ENOSPC, "No space left on device", "/full")
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1].startswith("prog: error: No space left")

@@ -1,0 +1,139 @@
+"""Expected failures, told as one line: what happened, the values seen, what to do.
+
+The CLI, the SLURM launcher and the Ray driver share these. An error raised inside a Ray actor
+reaches the user as itself (no actor repr, no remote traceback), an OSError or a corrupt file as
+one line naming the path, Ctrl-C as a note on how to resume. ``TRAK_DIST_DEBUG=1`` prints the
+full traceback (remote frames included) before the line. An exception that is none of these is a
+bug and keeps its traceback.
+
+Ray is never imported here: a Ray exception can only exist once the driver has imported Ray.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from trak_dist.errors import TrakDistError
+
+DEBUG_ENV = "TRAK_DIST_DEBUG"
+RESUME = "committed chunks are kept: rerun the same command to resume"
+# boilerplate lines of torch.load's weights-only refusal that say nothing about the file
+_NOISE = ("Weights only load failed", "Please file an issue", "Check the documentation")
+_LAST_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\w*): (.+)$")
+
+
+def unwrap(e: BaseException) -> BaseException:
+    """The exception a Ray ``RayTaskError`` carries (through nested actor calls), else ``e``."""
+    rex = sys.modules.get("ray.exceptions")
+    while rex is not None and isinstance(e, rex.RayTaskError):
+        cause = getattr(e, "cause", None)
+        if not isinstance(cause, BaseException) or cause is e:
+            break
+        e = cause
+    return e
+
+
+def gist(e: BaseException) -> str:
+    """``Type: first meaningful sentence`` of an exception's message."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(_NOISE)]
+    text = (useful or lines or [""])[0].split(". ")[0].rstrip(".")
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def last_error_line(text: str) -> str:
+    """The last ``SomeError: message`` line of a traceback text (Ray's actor-creation errors
+    and submitit's failed jobs carry the remote traceback only as text)."""
+    for line in reversed(text.splitlines()):
+        match = _LAST_ERROR.match(line)
+        if match:
+            return f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2).strip()}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+def _os_error(e: OSError) -> str:
+    where = f": {e.filename}" if e.filename else ""
+    if e.filename2:
+        where += f" -> {e.filename2}"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = (
+            "This user cannot write (or read) there: choose another location (store.path=…, "
+            "hydra.run.dir=…) or fix its permissions."
+        )
+    elif e.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = f"Free space (or move store.path to a larger disk), then rerun: {RESUME}."
+    elif e.errno == errno.ENOENT:
+        advice = "Check that the path exists and is spelled as intended."
+    else:
+        advice = f"Check the path and its disk, then rerun: {RESUME}."
+    what = e.strerror or type(e).__name__
+    return f"{what}{where} ({type(e).__name__}, errno {e.errno}). {advice}"
+
+
+def describe(e: BaseException) -> str | None:
+    """One line for an expected failure; None for anything else (a bug: keep its traceback)."""
+    e = unwrap(e)
+    if isinstance(e, TrakDistError):
+        return _one_line(str(e))
+    hydra_errors = sys.modules.get("hydra.errors")
+    if hydra_errors is not None and isinstance(e, hydra_errors.HydraException):
+        # a bad override or config group: Hydra's own message (its cause says which value)
+        cause = f" {e.__cause__}" if e.__cause__ is not None else ""
+        return _one_line(f"{e}{cause}")
+    if isinstance(e, OSError):
+        return _os_error(e)
+    if isinstance(e, json.JSONDecodeError):
+        return (
+            f"a JSON file is corrupt ({e.msg} at line {e.lineno}, column {e.colno}). If it is "
+            "the store's metadata (a zarr.json under store.path), the store is damaged: restore "
+            "it or featurise into a new store (store.overwrite=true)."
+        )
+    yaml = sys.modules.get("yaml")
+    if yaml is not None and isinstance(e, yaml.YAMLError):
+        return f"a YAML file is corrupt: {_one_line(str(e))}. Fix the file and rerun."
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def exit_on(e: BaseException, prog: str) -> None:
+    """Print ``e`` as one line on stderr and exit with code 2 if it is an expected failure;
+    otherwise return (the caller re-raises it)."""
+    message = describe(e)
+    if message is None:
+        return
+    if _debug():
+        traceback.print_exception(e)
+    cause = unwrap(e)
+    ours = isinstance(cause, TrakDistError) or type(cause).__module__.startswith("hydra.")
+    hint = "" if ours else f" ({DEBUG_ENV}=1 for the traceback)"
+    print(f"{prog}: error: {message}{hint}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+@contextmanager
+def reported(prog: str, resume: str = RESUME) -> Iterator[None]:
+    """Expected failures end the program with one line (exit 2); Ctrl-C with a note on how to
+    resume (``resume``; exit 130, as a shell reports SIGINT)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; {resume}.", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as e:
+        exit_on(e, prog)
+        raise
