@@ -58,6 +58,14 @@ def test_remote_traceback_text_keeps_its_last_error():
     assert failures.last_error_line(text) == "ConfigError: checkpoint c.pt could not be loaded"
     assert failures.gist(RuntimeError("first. second")) == "RuntimeError: first"
     assert failures.gist(EOFError()) == "EOFError"
+    mismatch = RuntimeError(
+        "Error(s) in loading state_dict for Sequential:\n\tsize mismatch for 0.weight: copying "
+        "a param with shape torch.Size([16, 64]) from checkpoint. More."
+    )
+    assert failures.gist(mismatch) == (
+        "RuntimeError: Error(s) in loading state_dict for Sequential: size mismatch for "
+        "0.weight: copying a param with shape torch.Size([16, 64]) from checkpoint"
+    )
 
 
 def test_reported_exit_codes(capsys, monkeypatch):

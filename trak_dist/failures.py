@@ -43,8 +43,13 @@ def unwrap(e: BaseException) -> BaseException:
 def gist(e: BaseException) -> str:
     """``Type: first meaningful sentence`` of an exception's message."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith(_NOISE)]
-    text = (useful or lines or [""])[0].split(". ")[0].rstrip(".")
+    useful = [line for line in lines if not line.startswith(_NOISE)] or lines or [""]
+    text = useful[0]
+    if text.endswith(":") and len(useful) > 1:
+        # a heading whose detail is on the next line, e.g. torch's "Error(s) in loading
+        # state_dict for Sequential:" then "size mismatch for 0.weight: …"
+        text = f"{text} {useful[1]}"
+    text = text.split(". ")[0].rstrip(".")
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
