@@ -27,6 +27,24 @@ from trak_dist.projection import (
 )
 
 
+def normalize_factor(d: int, projector: Projector, micro_batch: int | None) -> Tensor:
+    """sqrt(d) as a float32 scalar, once ``projector`` and ``micro_batch`` are checked to fit d.
+
+    traker 0.3.2 divides by sqrt(d) computed in float32; so do we, for identical numbers.
+
+    Raises:
+        ConfigError: the projector's grad_dim is not d, or micro_batch is not positive.
+    """
+    if projector.grad_dim != d:
+        raise ConfigError(
+            f"the projector was built for grad_dim={projector.grad_dim}, the model's "
+            f"selected parameters have {d} entries; build both from the same grad_wrt."
+        )
+    if micro_batch is not None and micro_batch < 1:
+        raise ConfigError(f"micro_batch={micro_batch}; expected a positive integer or None.")
+    return torch.sqrt(torch.tensor(d, dtype=torch.float32))
+
+
 class Featurizer:
     """Turns batches into projected gradients, ``micro_batch`` samples at a time.
 
@@ -44,19 +62,10 @@ class Featurizer:
     def __init__(
         self, computer: GradientComputer, projector: Projector, micro_batch: int | None = None
     ) -> None:
-        d = computer.layout.grad_dim
-        if projector.grad_dim != d:
-            raise ConfigError(
-                f"the projector was built for grad_dim={projector.grad_dim}, the model's "
-                f"selected parameters have {d} entries; build both from the same grad_wrt."
-            )
-        if micro_batch is not None and micro_batch < 1:
-            raise ConfigError(f"micro_batch={micro_batch}; expected a positive integer or None.")
         self.computer = computer
         self.projector = projector
         self.micro_batch = micro_batch
-        # traker 0.3.2 divides by sqrt(d) computed in float32; so do we, for identical numbers.
-        self.normalize_factor = torch.sqrt(torch.tensor(d, dtype=torch.float32))
+        self.normalize_factor = normalize_factor(computer.layout.grad_dim, projector, micro_batch)
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients (on the CPU).

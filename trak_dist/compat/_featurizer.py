@@ -8,8 +8,7 @@ from torch import Tensor
 from trak_dist.batches import Batch, micro_batches
 from trak_dist.compat._gradients import TrakerGradients
 from trak_dist.compat._projector import TrakerProjector
-from trak_dist.errors import ConfigError
-from trak_dist.featurize import Featurizer
+from trak_dist.featurize import Featurizer, normalize_factor
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import Projector
 
@@ -34,19 +33,10 @@ class DirectFeaturizer:
         projector: Projector,
         micro_batch: int | None = None,
     ) -> None:
-        d = computer.layout.grad_dim
-        if projector.grad_dim != d:
-            raise ConfigError(
-                f"the projector was built for grad_dim={projector.grad_dim}, the model's "
-                f"selected parameters have {d} entries; build both from the same grad_wrt."
-            )
-        if micro_batch is not None and micro_batch < 1:
-            raise ConfigError(f"micro_batch={micro_batch}; expected a positive integer or None.")
         self.computer = computer
         self.projector = projector
         self.micro_batch = micro_batch
-        # as traker: sqrt(d) in float32
-        self.normalize_factor = torch.sqrt(torch.tensor(d, dtype=torch.float32))
+        self.normalize_factor = normalize_factor(computer.layout.grad_dim, projector, micro_batch)
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients (on the CPU)."""
