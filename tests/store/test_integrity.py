@@ -2,6 +2,7 @@
 Zarr stores (synthetic rows; the fault matrix in tests/faults runs whole jobs)."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -177,6 +178,23 @@ def test_unreadable_metadata_is_found_and_named(store_path):
     assert unreadable_metadata(store_path) == ["scores", "train/0/Q"]
     with pytest.raises(StoreStateError, match=r"train/0/Q/zarr.json .*trak-dist store repair"):
         FeatureStore.open(store_path)
+
+
+def test_metadata_being_written_by_another_process_is_not_torn(store_path):
+    """A concurrent TRAKer creating its staged group: the folder exists, its zarr.json is cut
+    short for a moment, then whole. Opening the store meanwhile must not call it torn."""
+    filled(store_path)
+    node = store_path / "train" / "0" / "staged"
+    node.mkdir()
+    (node / "zarr.json").write_text('{"zarr_format": 3, "node_')
+    whole = json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}})
+    writer = threading.Timer(0.3, (node / "zarr.json").write_text, args=(whole,))
+    writer.start()
+    try:
+        FeatureStore.open(store_path)
+    finally:
+        writer.join()
+    assert unreadable_metadata(store_path) == []
 
 
 def test_verify_and_repair(store_path):

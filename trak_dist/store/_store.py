@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,25 @@ from trak_dist.store._zarr import array, attr_int, group, quiet_foreign_nodes
 logger = logging.getLogger(__name__)
 ATTR = "trak_dist"
 ROW_GROUPS = ("train", "targets")  # only trak_dist makes these; traker makes "scores" too
+# how long a node's metadata may be half written by another process before it counts as torn
+SETTLE_LOOKS = 4
+SETTLE_S = 0.25
+
+
+def settled_unreadable(where: str) -> list[str]:
+    """:func:`unreadable_metadata`, less nodes that another process is creating right now.
+
+    Zarr writes a new node's folder before its ``zarr.json``, and the file not atomically, so a
+    reader can meet a staged group of a concurrent TRAKer half made. Torn metadata stays torn:
+    only what is unreadable at every look, over about a second, is reported.
+    """
+    bad = set(unreadable_metadata(where))
+    for _ in range(SETTLE_LOOKS):
+        if not bad:
+            break
+        time.sleep(SETTLE_S)
+        bad &= set(unreadable_metadata(where))
+    return sorted(bad)
 
 
 def check_metadata(where: str) -> None:
@@ -54,7 +74,7 @@ def check_metadata(where: str) -> None:
         return
     if not (base / "zarr.json").exists() and not any((base / c).exists() for c in ROW_GROUPS):
         return  # no store here yet (a traker save_dir may hold a "scores" folder of its own)
-    bad = unreadable_metadata(where)
+    bad = settled_unreadable(where)
     if not bad:
         return
     if "" in bad:
