@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks._synthetic import synthetic_spec
 from trak_dist import TRAKer
 from trak_dist.config import (
     ClusterConfig,
@@ -600,6 +601,28 @@ def test_full_disk_while_featurising(small_disk, digits_checkpoints, clean):
     result = run_job(job(store, digits_checkpoints))
     assert result.rows_reused["train"] >= SHARD
     assert_clean(stored_scores(store), clean[1])
+
+
+@pytest.mark.parametrize("leave", [0, 4096])
+def test_full_disk_while_a_score_set_is_laid_out_leaves_nothing(small_disk, leave):
+    """The disk fills while a new score set's metadata is written (0: its group's zarr.json,
+    4096: one of its arrays'): the partial folder goes, the published set stays (CI once left a
+    ``.partial-`` folder behind when the disk filled before the scoring's ``with`` was entered)."""
+    store = FeatureStore.create_or_open(small_disk.root / "s.zarr", synthetic_spec(8, 32))
+    scores = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
+    with store.create_scores("targets", "v", 8, 3, 2, {}) as first:
+        first.write_block(0, 0, scores)
+        first.publish()
+    small_disk.fill(leave=leave)
+    with pytest.raises(OSError, match="No space left"):
+        store.create_scores("targets", "v", 8, 3, 2, {})
+    # zarr's own temporary files (``zarr.<uuid>.partial``, of parent metadata it rewrites
+    # from threads that may outlive the exception) remove themselves: not ours to check
+    targets = small_disk.root / "s.zarr" / "scores" / "targets"
+    names = sorted(p.name for p in targets.iterdir() if not p.name.startswith("zarr."))
+    assert names == ["v"]
+    small_disk.free()
+    np.testing.assert_array_equal(store.score_set("targets", "v").scores(), scores)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ from trak_dist.store._zarr import group as child
 logger = logging.getLogger(__name__)
 TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
 PARTIAL, OLD = ".partial-", ".old-"
+# how long a failed set's folder is kept being removed: zarr writes from I/O threads that can
+# outlive the exception which ended the write, and each write makes its parent folders first,
+# so a removed folder can come back (1 in ~200 full-disk failures here) for a few ms
+REMOVE_SETTLE_S = 0.5
 
 
 def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "mean_abs") -> str:
@@ -76,35 +81,32 @@ class ScoreSet:
     ) -> ScoreSet:
         """An empty set; the variant's current set (if any) stays readable until ``publish``."""
         base = _local_dir(parent)
-        for key in list(parent.group_keys()):
+        # a killed scoring's leftovers (one scorer per variant at a time); on disk, also a
+        # folder whose zarr.json never got written
+        leftovers = (
+            [p.name for p in base.iterdir()] if base is not None else list(parent.group_keys())
+        )
+        for key in leftovers:
             if key.startswith(name + PARTIAL) or key.startswith(name + OLD):
-                del parent[key]  # a killed scoring's leftovers: one scorer per variant at a time
+                if base is not None:
+                    shutil.rmtree(base / key)
+                else:
+                    del parent[key]
         if base is None:
             group = parent.require_group(name)
             for key in list(group.keys()):
                 del group[key]
-        else:
-            group = parent.create_group(f"{name}{PARTIAL}{uuid.uuid4().hex[:12]}")
-        group.attrs.update({**attrs, "topk": int(topk), "complete": False})
-        group.create_array(
-            "S",
-            shape=(n, m),
-            chunks=(min(n, chunk_rows), min(m, 1024)),
-            dtype="float32",
-            compressors=CHECKSUM,
-            fill_value=np.nan,
-        )
-        k = min(topk, n)
-        for key in TOPK_ARRAYS:
-            idx = key.endswith("idx")
-            group.create_array(
-                key,
-                shape=(m, k),
-                chunks=(min(m, 4096), max(k, 1)),
-                dtype="int64" if idx else "float32",
-                compressors=CHECKSUM,
-                fill_value=-1 if idx else np.nan,
-            )
+            _lay_out(group, n, m, topk, chunk_rows, attrs)
+            return cls(group, parent, name)
+        partial = f"{name}{PARTIAL}{uuid.uuid4().hex[:12]}"
+        try:
+            group = parent.create_group(partial)
+            _lay_out(group, n, m, topk, chunk_rows, attrs)
+        except BaseException:
+            # e.g. the disk filled while the metadata was written: zarr may have left a folder
+            # with no (or a torn) zarr.json, which only the file system can remove
+            _remove_dir(base / partial)
+            raise
         return cls(group, parent, name)
 
     def __enter__(self) -> ScoreSet:
@@ -141,12 +143,7 @@ class ScoreSet:
 
     def discard(self) -> None:
         """Remove a partial set after a failed scoring (best effort: the disk may be full)."""
-        if self._parent is None or self.group.basename == self._name:
-            return
-        try:
-            del self._parent[self.group.basename]
-        except OSError as e:
-            logger.warning("could not remove the partial scores %s: %s", self.group.path, e)
+        _discard(self._parent, self.group, self._name)
 
     def write_block(self, r0: int, c0: int, block: np.ndarray) -> None:
         self.S[r0 : r0 + block.shape[0], c0 : c0 + block.shape[1]] = block
@@ -182,3 +179,52 @@ class ScoreSet:
             arr = array(self.group, key)
             out[key] = checked_read(arr, (slice(0, arr.shape[0]), slice(0, arr.shape[1])))
         return out
+
+
+def _lay_out(
+    group: zarr.Group, n: int, m: int, topk: int, chunk_rows: int, attrs: dict[str, Any]
+) -> None:
+    """The empty arrays of a score set (S, and the top-k per target), marked incomplete."""
+    group.attrs.update({**attrs, "topk": int(topk), "complete": False})
+    group.create_array(
+        "S",
+        shape=(n, m),
+        chunks=(min(n, chunk_rows), min(m, 1024)),
+        dtype="float32",
+        compressors=CHECKSUM,
+        fill_value=np.nan,
+    )
+    k = min(topk, n)
+    for key in TOPK_ARRAYS:
+        idx = key.endswith("idx")
+        group.create_array(
+            key,
+            shape=(m, k),
+            chunks=(min(m, 4096), max(k, 1)),
+            dtype="int64" if idx else "float32",
+            compressors=CHECKSUM,
+            fill_value=-1 if idx else np.nan,
+        )
+
+
+def _discard(parent: zarr.Group | None, group: zarr.Group, name: str) -> None:
+    if parent is None or group.basename == name:
+        return
+    base = _local_dir(parent)
+    try:
+        if base is None:
+            del parent[group.basename]
+        else:
+            _remove_dir(base / group.basename)
+    except OSError as e:
+        logger.warning("could not remove the partial scores %s: %s", group.path, e)
+
+
+def _remove_dir(path: Path) -> None:
+    """Remove a failed set's folder, and again for REMOVE_SETTLE_S while zarr's lagging I/O
+    threads may recreate it."""
+    deadline = time.monotonic() + REMOVE_SETTLE_S
+    shutil.rmtree(path, ignore_errors=True)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        shutil.rmtree(path, ignore_errors=True)
