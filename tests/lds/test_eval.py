@@ -148,7 +148,9 @@ def digits_store(tmp_path_factory, digits_checkpoints):
 
 
 @pytest.mark.ray
-def test_a_stopped_eval_resumes_and_the_lds_matches_scipy(ray_session, digits_store, tmp_path):
+def test_a_stopped_eval_resumes_and_the_lds_matches_scipy(
+    ray_session, digits_store, tmp_path, caplog
+):
     import shutil
 
     from trak_dist.distributed.eval_driver import run_eval
@@ -164,8 +166,11 @@ def test_a_stopped_eval_resumes_and_the_lds_matches_scipy(ray_session, digits_st
         if sum(FeatureStore.open(store_path).eval_set("targets").done()) == 3:
             raise Stop
 
-    with pytest.raises(Stop):
+    with caplog.at_level(logging.WARNING, logger="trak_dist"), pytest.raises(Stop):
         run_eval(cfg, on_model=stop_after_three)
+    # the joined cluster's running tasks are not cancelled (a cancel racing a task's reply
+    # aborts the driver in Ray: this test's pytest was killed so in CI)
+    assert "left to finish; their results are not used" in caplog.text
     ev = FeatureStore.open(store_path).eval_set("targets")
     first = ev.done().copy()
     kept = np.asarray(ev.margins[:])[first]

@@ -110,7 +110,7 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
     if todo:
         started = _ray.connect(cfg.cluster)
         try:
-            _train_all(cfg, ev, [int(j) for j in todo], on_model, cancel=not started)
+            _train_all(cfg, ev, [int(j) for j in todo], on_model, joined=not started)
         finally:
             if started:
                 ray.shutdown()
@@ -136,15 +136,16 @@ def _train_all(
     ev: EvalSet,
     todo: list[int],
     on_model: Callable[[int], None] | None,
-    cancel: bool = True,
+    joined: bool = True,
 ) -> None:
     """Train ``todo`` as Ray tasks, storing each as it finishes.
 
-    Args:
-        cancel: on failure or Ctrl-C, cancel the tasks still running (on a joined cluster).
-            A Ray started here is shut down instead, which stops them: a forced cancel racing
-            a task's reply can abort the driver in Ray's task manager ("Tried to complete task
-            that was not pending"), seen on Ctrl-C.
+    On failure or Ctrl-C the tasks still running are never cancelled: ``ray.cancel`` racing a
+    task's reply aborts the whole driver process in Ray's task manager ("Check failed: it !=
+    submissible_tasks_.end() Tried to complete task that was not pending", ray-project/ray
+    #54846; seen here on Ctrl-C and in CI, where it killed pytest). A Ray started here is shut
+    down, which stops them; on a joined cluster (``joined``) they finish, unused, or stop when
+    this process disconnects.
     """
     task = ray.remote(_train_one).options(
         num_cpus=cfg.eval.cpus_per_model,
@@ -179,8 +180,12 @@ def _train_all(
                         on_model(j)
         finally:
             bar.close()
-            for ref in refs if cancel else ():
-                ray.cancel(ref, force=True)
+            if refs and joined:
+                logger.warning(
+                    "%d subset-model tasks still running on the joined cluster are left to "
+                    "finish; their results are not used (they stop when this process exits).",
+                    len(refs),
+                )
 
 
 def _result(ref: Any, j: int, ev: EvalSet) -> np.ndarray:
