@@ -7,7 +7,7 @@ workers); workers only write whole chunks into arrays that already exist.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ class Prepared:
     shard_rows: int
     train_tasks: list[ShardTask]
     target_tasks: list[ShardTask]
+    # rows left out of the plan because the store holds them already (a checkpoint with its
+    # XᵀX, committed target chunks): reused like the rows a worker finds committed
+    rows_done: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
 
 
 def check_combination(
@@ -122,7 +125,9 @@ def prepare(cfg: JobConfig) -> Prepared:
     shard_rows = cfg.featurize.shard_rows or auto_shard_rows(
         n, cfg.store.chunk_rows, cfg.cluster.num_workers or 4
     )
-    train_tasks, target_tasks = [], []
+    train_tasks: list[ShardTask] = []
+    target_tasks: list[ShardTask] = []
+    rows_done = {"train": 0, "target": 0}
     for mid, path in enumerate(checkpoints):
         ckpt = file_fingerprint(path)
         store.ensure_checkpoint(mid, ckpt)
@@ -131,10 +136,12 @@ def prepare(cfg: JobConfig) -> Prepared:
                 ShardTask("train", mid, s, e)
                 for s, e in shard_plan(n, cfg.store.chunk_rows, shard_rows)
             ]
+        else:
+            rows_done["train"] += n
         rows = store.ensure_target_checkpoint(exp, mid, ckpt)
-        target_tasks += [
-            ShardTask("target", mid, s, e, exp) for s, e in rows.pending_ranges(shard_rows)
-        ]
+        pending = [ShardTask("target", mid, s, e, exp) for s, e in rows.pending_ranges(shard_rows)]
+        rows_done["target"] += m - sum(t.rows for t in pending)
+        target_tasks += pending
     return Prepared(
         store,
         checkpoints,
@@ -146,4 +153,5 @@ def prepare(cfg: JobConfig) -> Prepared:
         shard_rows,
         train_tasks,
         target_tasks,
+        rows_done,
     )

@@ -86,6 +86,7 @@ def run_job(
                 started = _ray.connect(cfg.cluster)
                 phases["setup"] = time.perf_counter() - t0
                 state.pending.extend(prep.train_tasks + prep.target_tasks)
+                state.rows_reused.update(prep.rows_done)
                 for t in prep.train_tasks:
                     state.train_left[t.model_id] = state.train_left.get(t.model_id, 0) + 1
                 reducer = _ray.Session.reducer(cfg) if keep_alive else _ray.start_reducer(cfg)
