@@ -7,7 +7,7 @@ workers); workers only write whole chunks into arrays that already exist.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ class Prepared:
     target_tasks: list[ShardTask]
     # rows left out of the plan because the store holds them already (a checkpoint with its
     # XᵀX, committed target chunks): reused like the rows a worker finds committed
-    rows_done: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
+    rows_done: dict[str, int]
 
 
 def check_combination(

@@ -211,20 +211,28 @@ def _discard(parent: zarr.Group | None, group: zarr.Group, name: str) -> None:
     if parent is None or group.basename == name:
         return
     base = _local_dir(parent)
+    if base is not None:
+        _remove_dir(base / group.basename)
+        return
     try:
-        if base is None:
-            del parent[group.basename]
-        else:
-            _remove_dir(base / group.basename)
+        del parent[group.basename]
     except OSError as e:
         logger.warning("could not remove the partial scores %s: %s", group.path, e)
 
 
 def _remove_dir(path: Path) -> None:
-    """Remove a failed set's folder, and again for REMOVE_SETTLE_S while zarr's lagging I/O
-    threads may recreate it."""
+    """Remove a failed set's folder (best effort: the disk may be full; a failure is logged,
+    never raised over the error that failed the set), and again for REMOVE_SETTLE_S while
+    zarr's lagging I/O threads may recreate it."""
     deadline = time.monotonic() + REMOVE_SETTLE_S
-    shutil.rmtree(path, ignore_errors=True)
-    while time.monotonic() < deadline:
+    while True:
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass  # gone already, or never made
+        except OSError as e:
+            logger.warning("could not remove the partial scores %s: %s", path, e)
+            return
+        if time.monotonic() >= deadline:
+            return
         time.sleep(0.05)
-        shutil.rmtree(path, ignore_errors=True)
