@@ -42,7 +42,7 @@ assert tracked and not missing, f"not in the wheel: {missing}"
 print(f"{len(tracked)} files in place")
 ' "$WHEEL"
 
-step "a fresh venv: $TORCH_SPEC, then the wheel with its slurm extra"
+step "a fresh venv: $TORCH_SPEC, then the wheel (submitit is a dependency: no extra)"
 "$PYTHON" -m venv "$WORK/venv"
 V="$WORK/venv/bin"
 # --no-compile: byte-compiling all of torch up front made its install take 187 s instead of 58 s
@@ -50,7 +50,7 @@ V="$WORK/venv/bin"
 # Word splitting wanted: TORCH_SPEC may carry pip flags (--index-url …), as in the Makefile.
 # shellcheck disable=SC2086
 quiet "$V/python" -m pip install --no-compile $TORCH_SPEC
-quiet "$V/python" -m pip install --no-compile "$WHEEL[slurm]"
+quiet "$V/python" -m pip install --no-compile "$WHEEL"
 
 # From an empty directory, with nothing of the checkout reachable: no PYTHONPATH, no config or
 # kernel override, and the venv's scripts first on PATH.

@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib.metadata import version
+from importlib.metadata import requires, version
 from pathlib import Path
 
 import pytest
@@ -171,19 +171,33 @@ def test_the_slurm_launcher_reports_a_missing_config_directory_in_one_line(
     one_line_error(code, capsys.readouterr().err, "trak-dist-slurm")
 
 
-def test_the_slurm_entry_without_submitit_names_the_extra(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-):
-    import launch
+def test_submitit_is_a_dependency_not_an_extra():
+    """`pip install trak_dist` gives working SLURM launchers; the `slurm` extra stays, empty,
+    so that `pip install "trak_dist[slurm]"` keeps working."""
+    deps = [d.split(">")[0].split("=")[0] for d in PYPROJECT["project"]["dependencies"]]
+    assert {"submitit", "hydra-submitit-launcher"} <= set(deps)
+    assert PYPROJECT["project"]["optional-dependencies"]["slurm"] == []
+    # the installed metadata says the same (no `extra == "slurm"` marker on submitit)
+    installed = [r for r in requires("trak_dist") or [] if r.startswith("submitit")]
+    assert installed and all("extra" not in r for r in installed), installed
 
-    # as if submitit were not installed: its import fails, and launch.slurm is imported anew
-    monkeypatch.setitem(sys.modules, "submitit", None)
-    monkeypatch.delitem(sys.modules, "launch.slurm", raising=False)
-    monkeypatch.delattr(launch, "slurm", raising=False)
-    with pytest.raises(SystemExit) as info:
-        launch.main()
-    line = one_line_error(int(info.value.code or 0), capsys.readouterr().err, "trak-dist-slurm")
-    assert "pip install 'trak_dist[slurm]'" in line
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [str(Path(sys.executable).parent / "trak-dist-slurm"), "--help"],
+        [sys.executable, "-m", "trak_dist.launch.slurm", "--help"],
+    ],
+    ids=["console-script", "python-m"],
+)
+def test_the_slurm_launcher_help_runs_from_any_directory(tmp_path: Path, argv: list[str]):
+    """Both spellings of the launcher, as processes started outside the checkout (no
+    PYTHONPATH): usage on stdout, exit 0, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "TRAK_DIST_CONF"}}
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "{ray,array}" in out.stdout and "submitit" in out.stdout
 
 
 def test_build_cuda_is_a_subcommand_with_one_line_errors(

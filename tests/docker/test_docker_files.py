@@ -441,5 +441,5 @@ def test_the_build_steps_run_here(stages, tmp_path):
     out = run_step(f"{venv}/bin/python -c '{probe}'", at("/data"), env)
     (site,) = venv.glob("lib/python3*/site-packages")
     assert Path(out.strip()) == site / "trak_dist" / "conf"  # the wheel's, not a source tree's
-    # the launchers came with it (the image does not install the slurm extra to run them)
+    # the launchers came with it (submitit is a dependency of the wheel)
     assert (site / "trak_dist" / "launch" / "slurm.py").is_file()
