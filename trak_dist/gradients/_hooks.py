@@ -1,5 +1,5 @@
 """Forward hooks that keep each hooked module's inputs and hand them, with the gradient of its
-output, to a callback during the backward pass."""
+output, to a callback during the backward pass; they exist only while a pass runs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 from trak_dist.errors import ConfigError
 
@@ -16,11 +17,16 @@ OnGrad = Callable[[nn.Module, tuple[Any, ...], Tensor | None, Tensor], None]
 
 
 class ModuleHookManager:
-    """Registers one forward hook per module; the hooks act only inside :meth:`capture`.
+    """One forward hook per module, registered only for the length of a :meth:`capture`.
 
     In a capture, every call of a hooked module registers a hook on its output tensor; when the
     backward pass reaches it, ``on_grad(module, inputs, output, δ)`` runs and the call's saved
     inputs are released, so at most the activations autograd keeps anyway are alive.
+
+    The hooks are the user's model's state for no longer than one forward/backward pass:
+    ``capture`` removes them on the way out, also when the pass raises, so a model handed to
+    trak_dist (a TRAKer's, a worker's) carries none of them afterwards (docs/design.md,
+    invariant 9). The tensor hooks live on the pass's intermediate outputs and go with its graph.
 
     Args:
         modules: the modules to hook.
@@ -28,24 +34,35 @@ class ModuleHookManager:
     """
 
     def __init__(self, modules: Sequence[nn.Module], keep_output: Sequence[nn.Module] = ()) -> None:
+        self._modules = list(modules)
         self._keep = {id(m) for m in keep_output}
         self._on_grad: OnGrad | None = None
         self._root: Tensor | None = None
         self._batch = 0
-        self._handles = [m.register_forward_hook(self._forward) for m in modules]
 
     @contextmanager
     def capture(self, on_grad: OnGrad, batch: int, root: Tensor | None = None) -> Iterator[None]:
-        """Hooks active for a forward/backward pass over ``batch`` samples.
+        """Hooks registered and active for a forward/backward pass over ``batch`` samples, and
+        removed when it ends (however it ends).
 
         ``root`` (a zero scalar that requires grad) is added to every hooked output that does
         not require grad, so that its gradient is computed even when no weight requires grad
         (the engine's fast mode skips the batch-summed weight gradients).
+
+        Raises:
+            RuntimeError: a capture is already active (captures do not nest).
         """
+        if self._on_grad is not None:
+            raise RuntimeError("ModuleHookManager.capture is already active; captures do not nest")
+        handles: list[RemovableHandle] = []
         self._on_grad, self._root, self._batch = on_grad, root, batch
         try:
+            for m in self._modules:  # one by one: a registration that fails leaves none behind
+                handles.append(m.register_forward_hook(self._forward))
             yield
         finally:
+            for h in handles:
+                h.remove()
             self._on_grad = self._root = None
 
     def _forward(self, module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
@@ -79,11 +96,6 @@ class ModuleHookManager:
 
         output.register_hook(hook)
         return replaced
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
 
 
 def _expand(x: Any, batch: int) -> Any:
