@@ -126,7 +126,7 @@ class RayClusterJob:
         return summary
 
     def _evaluate(self, cfg: JobConfig, nodes: int) -> dict[str, Any]:
-        from trak_dist.lds import evaluate_config
+        from trak_dist.evaluation import evaluate_config
 
         ev = evaluate_config(cfg, self.report_dir / "lds")
         return {

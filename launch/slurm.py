@@ -26,6 +26,7 @@ from typing import Any
 import submitit
 
 from trak_dist import failures
+from trak_dist._compose import compose_job
 from trak_dist.config import JobConfig
 from trak_dist.distributed._prepare import prepare
 from trak_dist.errors import ConfigError, WorkerFailedError
@@ -33,7 +34,6 @@ from trak_dist.store import store_lock
 
 # relative: this package is `launch` in a checkout and `trak_dist.launch` once installed
 from ._array import ShardRunner, reduce_and_score, split
-from ._compose import job_config
 from ._ray_cluster import RayClusterJob
 
 
@@ -180,7 +180,7 @@ def _submit(args: argparse.Namespace, overrides: list[str], prog: str) -> None:
 
 
 def _run(args: argparse.Namespace, overrides: list[str], folder: Path) -> None:
-    cfg = job_config(overrides)
+    cfg = compose_job(overrides)
     if args.mode == "ray":
         job = submit_ray(
             cfg,

@@ -16,7 +16,7 @@ from trak_dist.errors import (
     TrakerUsageError,
     WorkerFailedError,
 )
-from trak_dist.lds import Evaluation, evaluate
+from trak_dist.evaluation import Evaluation, evaluate
 from trak_dist.projection import ProjectionKind, make_projector
 from trak_dist.store import FeatureSpec, FeatureStore
 from trak_dist.tasks import ImageClassification, ModelOutput, TextClassification

@@ -22,82 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import yaml
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from trak_dist import _resources, failures
+from trak_dist import failures
+from trak_dist._compose import conf_dir  # registers the schema; conf_dir is also this module's
 from trak_dist._version import __version__
 from trak_dist.config import JobConfig
-from trak_dist.errors import ConfigError, TrakDistError
+from trak_dist.errors import TrakDistError
 
 logger = logging.getLogger("trak_dist")
-
-
-def _unfreeze(node: Any) -> Any:
-    # OmegaConf makes frozen dataclasses read-only, which forbids Hydra's overrides; the frozen
-    # class is still what OmegaConf.to_object builds (and validates) at the end.
-    OmegaConf.set_readonly(node, False)
-    if isinstance(node, DictConfig):
-        for key in node:
-            child = node._get_node(key)
-            if isinstance(child, DictConfig):
-                _unfreeze(child)
-    return node
-
-
-ConfigStore.instance().store(
-    name="trak_dist_schema", node=_unfreeze(OmegaConf.structured(JobConfig))
-)
-
-
-def conf_dir() -> Path:
-    """trak-dist's Hydra configs: ``$TRAK_DIST_CONF`` if set, else the ones installed with the
-    package (``trak_dist/conf``), else the checkout's ``conf/``.
-
-    Raises:
-        ConfigError: no ``config.yaml`` there, or a file that is not valid YAML (checked here so
-            that it is one line, not Hydra's traceback from inside its loader).
-    """
-    env = os.environ.get("TRAK_DIST_CONF")
-    if env:
-        path = Path(env)
-        if not (path / "config.yaml").is_file():
-            raise ConfigError(
-                f"TRAK_DIST_CONF={env}, but {path / 'config.yaml'} does not exist. Point it at a "
-                "copy of the repository's conf/, or unset it to use the configs installed with "
-                "trak_dist."
-            )
-    else:
-        found = _resources.find("conf", "config.yaml")
-        if found is None:
-            searched = " and ".join(str(p) for p in _resources.candidates("conf"))
-            raise ConfigError(
-                f"trak-dist's Hydra configs were not found: no config.yaml in {searched}. "
-                "Reinstall trak_dist (pip install from a clone or from a wheel), or set "
-                "TRAK_DIST_CONF to a copy of the repository's conf/."
-            )
-        path = found
-    for file in sorted(path.rglob("*.yaml")):
-        try:
-            yaml.safe_load(file.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise ConfigError(
-                f"the Hydra config {file} cannot be read: {_why(e)}. Fix or restore it (the "
-                "repository's conf/ has the originals), or set TRAK_DIST_CONF to a working copy."
-            ) from e
-    return path
-
-
-def _why(e: Exception) -> str:
-    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
-        mark = e.problem_mark
-        return f"{e.problem} (line {mark.line + 1}, column {mark.column + 1})"
-    return " ".join(str(e).split())
 
 
 def sweep_width(argv: list[str]) -> list[str]:
@@ -270,7 +207,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 # else (overrides, -m, --help).
 SUBCOMMANDS: dict[str, str] = {
     "build-cuda": "trak_dist._build_cuda:main",
-    "eval": "trak_dist.lds._cli:main",
+    "eval": "trak_dist._eval_cli:main",
     "store": "trak_dist.store._cli:main",
 }
 

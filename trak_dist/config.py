@@ -1,7 +1,7 @@
 """Job configuration: frozen dataclasses, one per concern, validated on construction.
 
 The same classes are the Python API's arguments and the Hydra CLI's structured configs
-(``trak_dist.cli`` registers them), so YAML and Python agree. Fields typed ``Any`` take either
+(``trak_dist._compose`` registers them), so YAML and Python agree. Fields typed ``Any`` take either
 an import path ``"package.module:name"`` (CLI, YAML) or the object itself (Python API).
 """
 

@@ -26,7 +26,7 @@ from trak_dist.distributed import _ray
 from trak_dist.distributed._interrupt import CtrlC
 from trak_dist.distributed.driver import _absolute_store
 from trak_dist.errors import ConfigError, StoreStateError, TrakDistError, WorkerFailedError
-from trak_dist.lds._retrain import SubsetTrainer
+from trak_dist.lds import SubsetTrainer
 from trak_dist.store import EvalSet, FeatureStore, store_lock
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""``trak-dist eval [overrides]``: the LDS of the store's scores (see ``trak_dist.lds``).
+"""``trak-dist eval [overrides]``: the LDS of the store's scores (see ``trak_dist.evaluation``).
 
 It takes the same overrides as ``trak-dist`` (so the same store, model, task and targets) plus
 the ``eval.*`` options, e.g. ``trak-dist eval eval.num_models=200 cluster=ray``.
@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from trak_dist.config import JobConfig
 
 USAGE = """usage: trak-dist eval [OVERRIDE ...]
 
@@ -45,9 +41,11 @@ def main(argv: list[str]) -> int:
     # corrupt file) is one line and exit 2, Ctrl-C exit 130 with how to resume
     try:
         with failures.reported("trak-dist eval", RESUME):
-            cfg = _compose(argv)
-            from trak_dist.lds import evaluate_config
+            # imported here: `trak-dist eval --help` needs neither Hydra nor torch
+            from trak_dist._compose import compose_job
+            from trak_dist.evaluation import evaluate_config
 
+            cfg = compose_job(argv)
             out = Path(cfg.eval.output_dir or time.strftime("outputs/eval/%Y-%m-%d/%H-%M-%S"))
             ev = evaluate_config(cfg, out)
     except SystemExit as e:
@@ -61,25 +59,3 @@ def main(argv: list[str]) -> int:
     plot = f"; plot: {ev.files['png']}" if "png" in ev.files else ""
     print(f"tables: {ev.files['md']}, {ev.files['csv']}{plot}")
     return 0
-
-
-def _compose(argv: list[str]) -> JobConfig:
-    """The JobConfig ``trak-dist <argv>`` would run, composed without starting a Hydra app."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from trak_dist.cli import conf_dir  # also registers the structured schema
-    from trak_dist.config import JobConfig
-    from trak_dist.errors import ConfigError
-
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-            cfg = compose("config", overrides=list(argv))
-        job = OmegaConf.to_object(cfg)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(f"bad override in {argv}: {str(e).splitlines()[0]}") from e
-    if not isinstance(job, JobConfig):
-        raise ConfigError(f"the composed config is a {type(job).__name__}, not a JobConfig.")
-    return job

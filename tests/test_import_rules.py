@@ -1,0 +1,168 @@
+"""Which way the imports run (docs/design.md, "Import rules"), checked on the source with ``ast``:
+every ``import`` and ``from … import`` of ``trak_dist/**/*.py`` and ``launch/**/*.py``, at any
+depth (lazy imports inside functions and ``TYPE_CHECKING`` blocks count too).
+
+To add a rule (a new package, a new executor), add a :class:`Rule` to ``RULES``; a rule whose
+modules or exemptions name nothing that exists fails, so the table follows renames.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# source folder → the module name it has in a checkout (launch/ is `trak_dist.launch` once
+# installed; it is named `launch` here, as the checkout imports it)
+SOURCES = {"trak_dist": ROOT / "trak_dist", "launch": ROOT / "launch"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Modules under ``modules`` (a name covers its submodules; ``"*"``: every module) must not
+    import anything under ``forbidden``, except the modules under ``exempt``."""
+
+    name: str
+    modules: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    exempt: tuple[str, ...] = ()
+
+
+# the math and the store, and the LDS measurement: no orchestration, no CLI, no launcher
+MATH_AND_STORE = (
+    "trak_dist.gradients",
+    "trak_dist.projection",
+    "trak_dist.scoring",
+    "trak_dist.store",
+    "trak_dist.tasks",
+    "trak_dist.lds",
+    "trak_dist.featurize",
+    "trak_dist.batches",
+    "trak_dist.sources",
+    "trak_dist.config",
+    "trak_dist.errors",
+)
+ORCHESTRATION = (
+    "ray",
+    "hydra",
+    "omegaconf",
+    "submitit",
+    "trak_dist.distributed",
+    "trak_dist.pipeline",
+    "trak_dist.evaluation",
+    "trak_dist.cli",
+    "trak_dist._compose",
+    "trak_dist._eval_cli",
+    "launch",
+    "trak_dist.launch",
+)
+
+RULES = [
+    Rule("the math and the store know nothing of orchestration", MATH_AND_STORE, ORCHESTRATION),
+    Rule(
+        "lds is the measurement: the eval driver imports lds, never the reverse",
+        ("trak_dist.lds",),
+        ("trak_dist.distributed", "trak_dist.evaluation", "trak_dist._eval_cli"),
+    ),
+    Rule(
+        "no module imports the CLI module (sub-commands and launchers compose configs through "
+        "trak_dist._compose); `python -m trak_dist` is the CLI's own entry",
+        ("*",),
+        ("trak_dist.cli",),
+        exempt=("trak_dist.cli", "trak_dist.__main__"),
+    ),
+    Rule("only launch/ imports submitit", ("*",), ("submitit",), exempt=("launch",)),
+    Rule(
+        "only the CLI and its config composition import Hydra",
+        ("*",),
+        ("hydra", "omegaconf"),
+        exempt=("trak_dist.cli", "trak_dist._compose"),
+    ),
+    # the pipeline's Ray executor joins the exemptions when it lands
+    Rule(
+        "only the Ray driver side imports Ray", ("*",), ("ray",), exempt=("trak_dist.distributed",)
+    ),
+    Rule(
+        "worker and reducer logic is plain classes: Ray only wraps them",
+        (
+            "trak_dist.distributed.worker",
+            "trak_dist.distributed.reducer",
+            "trak_dist.distributed._tasks",
+            "trak_dist.distributed._prepare",
+        ),
+        ("ray",),
+    ),
+]
+
+
+def module_name(path: Path) -> str:
+    for top, folder in SOURCES.items():
+        if path.is_relative_to(folder):
+            parts = [top, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise AssertionError(path)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, absolute; ``from a import b`` yields ``a`` and ``a.b``
+    (``b`` may be a submodule: ``from trak_dist import cli``)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against this module's package
+                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parent, base] if base else parent)
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return "*" in prefixes or any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+MODULES = {
+    module_name(p): p
+    for folder in SOURCES.values()
+    for p in sorted(folder.rglob("*.py"))
+    if "__pycache__" not in p.parts
+}
+IMPORTS = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_import_rule(rule: Rule):
+    broken = {
+        f"{name} imports {imported}"
+        for name, imported_set in IMPORTS.items()
+        if under(name, rule.modules) and not under(name, rule.exempt)
+        for imported in imported_set
+        if under(imported, rule.forbidden)
+    }
+    assert not broken, f"{rule.name}:\n" + "\n".join(sorted(broken))
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_every_rule_names_modules_that_exist(rule: Rule):
+    """A renamed or moved package must be renamed in the table too, not silently unchecked."""
+    for prefix in (*rule.modules, *rule.exempt):
+        if prefix != "*":
+            assert any(under(m, (prefix,)) for m in MODULES), f"{rule.name}: no module {prefix}"
+
+
+def test_the_checker_sees_lazy_relative_and_from_imports():
+    """The walk itself: an import inside a function, a relative import and ``from pkg import
+    submodule`` are all found (else every rule above would pass vacuously)."""
+    assert "trak_dist.distributed.eval_driver" in IMPORTS["trak_dist.evaluation"]  # lazy
+    assert "launch.slurm" in IMPORTS["launch"]  # `from . import slurm`, inside main()
+    assert "trak_dist.lds.SubsetTrainer" in IMPORTS["trak_dist.distributed.eval_driver"]
+    assert under("trak_dist.cli.main", ("trak_dist.cli",))
+    assert not under("trak_dist.client", ("trak_dist.cli",))
