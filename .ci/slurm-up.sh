@@ -2,7 +2,6 @@
 # A single-node SLURM (Debian's slurm-wlm 22.05) on 127.0.0.1 for the `slurm` tests, with slurmdbd
 # + MariaDB so that `sacct` works (submitit reads job states from it). Root only; idempotent:
 # daemons already running (live PID file) are left alone. Stop with .ci/slurm-down.sh.
-# Adapted from ../shared/recipes/slurm-up.sh (seen working on this kind of machine).
 set -euo pipefail
 NODE=$(hostname -s)
 CPUS=$(nproc)

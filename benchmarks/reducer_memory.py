@@ -1,4 +1,5 @@
-"""Peak memory of block-wise scoring as n grows (invariant 5: independent of n and m).
+"""Peak memory of block-wise scoring as n grows (docs/design.md, invariant 5: independent of n
+and m).
 
     python -m benchmarks.reducer_memory [--sizes 16384 65536 262144] [--proj-dim 256]
 

@@ -68,7 +68,7 @@ def q_of(model: nn.Module, state: dict, x: torch.Tensor, y: torch.Tensor) -> tor
 
 
 def dense_trak_scores(model, states, x, y, xt, yt, lambda_reg: float, scaling: bool = True):
-    """TRAK scores by a dense float64 solve (DESIGN.md's formula), identity projection."""
+    """TRAK scores by a dense float64 solve (docs/design.md's formula), identity projection."""
     s, q = 0, 0
     for st in states:
         g, gt = autograd_features(model, st, x, y), autograd_features(model, st, xt, yt)

@@ -67,7 +67,7 @@ def gradient_rows(model, task, batch):
 
 
 def dense_solve(make, task_name, states, train, targets):
-    """DESIGN.md's scores in float64 with P built from its hash (rademacher_block)."""
+    """docs/design.md's scores in float64 with P built from its hash (rademacher_block)."""
     task = resolve_task(task_name)
     s, q = 0, 0
     for c, state in enumerate(states):

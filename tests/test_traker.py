@@ -261,7 +261,7 @@ def test_traker_gradient_computers_that_cannot_apply_are_named(setup, tmp_path):
 
 
 def projected_reference(model, states, train, targets, p, seed, lam):
-    """DESIGN.md's formula with a dense float64 solve; ``lam(g)`` gives each checkpoint's λ."""
+    """docs/design.md's formula with a dense float64 solve; ``lam(g)`` gives each checkpoint's λ."""
     s, q = 0, 0
     for c, st in enumerate(states):
         d = sum(v.numel() for v in st.values())

@@ -49,9 +49,10 @@ class Featurizer:
     """Turns batches into projected gradients, ``micro_batch`` samples at a time.
 
     Peak memory is one micro-batch of per-sample gradients plus the projector's working set,
-    whatever the batch size (invariant 5): ``micro_batch × d`` floats with the vmap engine,
-    ``micro_batch ×`` the largest module with the hook engine (whose blocks are projected and
-    dropped module by module), and with a Kronecker projector of factors not even that.
+    whatever the batch size (docs/design.md, invariant 5): ``micro_batch × d`` floats with the
+    vmap engine, ``micro_batch ×`` the largest module with the hook engine (whose blocks are
+    projected and dropped module by module), and with a Kronecker projector of factors not even
+    that.
 
     Args:
         computer: per-sample gradients of the task's model output.

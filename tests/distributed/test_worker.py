@@ -1,4 +1,4 @@
-"""Worker and Reducer as plain classes (no Ray): invariants 2, 3 and 6."""
+"""Worker and Reducer as plain classes (no Ray): docs/design.md, invariants 2, 3 and 6."""
 
 import numpy as np
 from pipeline import job_scores, run_in_process, small_job, traker_scores
