@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 LINT_DIRS := $(wildcard trak_dist tests benchmarks launch)
 
-.PHONY: install install-test run test lint typecheck cuda bench dist wheel-check clean
+.PHONY: install install-test run test test-fast lint typecheck cuda bench dist wheel-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -36,6 +36,12 @@ run: install
 
 test: install-test lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the edit loop: no lint, no slow/slurm/gpu tests, stop at the first failure, name the slowest
+# ten (`make test` and CI run everything)
+FAST_MARKERS ?= not slow and not slurm and not gpu
+test-fast: install-test
+	$(BIN)/python -m pytest -x -q -m "$(FAST_MARKERS)" --durations=10 $(PYTEST_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check $(LINT_DIRS)
