@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._synthetic import synthetic_spec
 from benchmarks._table import table
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.scoring import xtx_from_rows
 from trak_dist.store import FeatureStore
 

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 import zarr
 
-from benchmarks._synthetic import synthetic_spec
 from benchmarks._table import table
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import TorchProjector

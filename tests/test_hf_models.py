@@ -16,10 +16,10 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from hf_models import bert_classifier, gpt2_lm, padded_tokens
-from test_cli import trak_dist
 
 import trak_dist as td
+from tests.fixtures.hf_models import bert_classifier, gpt2_lm, padded_tokens
+from tests.test_cli import trak_dist
 from trak_dist import TRAKer
 from trak_dist.batches import slice_batch
 from trak_dist.config import FeaturizeConfig, ProjectionConfig

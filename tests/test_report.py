@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import TensorDataset
 
-from benchmarks._synthetic import synthetic_spec
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.cli import SweepSummary
 from trak_dist.distributed import JobResult, Reducer
 from trak_dist.lds import store_lds

@@ -8,8 +8,14 @@ import logging
 import numpy as np
 import pytest
 import torch
-from helpers import autograd_features, classification_data, dense_trak_scores, mlp, q_of
 
+from tests.fixtures.helpers import (
+    autograd_features,
+    classification_data,
+    dense_trak_scores,
+    mlp,
+    q_of,
+)
 from trak_dist import TRAKer
 from trak_dist.errors import ConfigError, StoreStateError, TrakerUsageError
 from trak_dist.gradients import GradientComputer

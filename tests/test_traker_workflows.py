@@ -24,15 +24,24 @@ import torch
 import zarr
 from torch import nn
 from trak.projectors import AbstractProjector
-from traker_jobs import LAMBDA, TARGET_SHARDS, TRAIN_SHARDS, M, N, digits, make_model, noop_kwargs
-from traker_jobs import train_states as _train_states
 
+from tests.fixtures.traker_jobs import (
+    LAMBDA,
+    TARGET_SHARDS,
+    TRAIN_SHARDS,
+    M,
+    N,
+    digits,
+    make_model,
+    noop_kwargs,
+)
+from tests.fixtures.traker_jobs import train_states as _train_states
 from trak_dist import TRAKer
 from trak_dist.gradients import GradientComputer
 from trak_dist.store import FeatureStore, row_hashes
 from trak_dist.store._verify import verify
 
-JOBS = Path(__file__).parent / "traker_jobs.py"
+JOBS = Path(__file__).parent / "fixtures" / "traker_jobs.py"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -8,12 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-import clusters
 import numpy as np
 import psutil
 import pytest
-from pipeline import P, job_scores, small_job, traker_scores
 
+from tests.fixtures import clusters
+from tests.fixtures.pipeline import P, job_scores, small_job, traker_scores
 from trak_dist.distributed import run_job
 from trak_dist.errors import WorkerFailedError
 
@@ -63,9 +63,8 @@ def test_worker_killed_mid_shard_is_replaced(ray_session, tmp_path, digits_check
 
 DRIVER = """
 import sys
-sys.path.insert(0, {tests!r})
 from pathlib import Path
-from pipeline import small_job
+from tests.fixtures.pipeline import small_job
 from trak_dist.distributed import run_job
 from trak_dist.errors import WorkerFailedError
 import os, signal
@@ -87,15 +86,14 @@ def test_killed_driver_resumes_from_committed_chunks(
     ray_session, tmp_path, digits_checkpoints, reference
 ):
     store = tmp_path / "s.zarr"
-    script = DRIVER.format(
-        tests=str(ROOT / "tests"), store=str(store), ckpts=[str(c) for c in digits_checkpoints]
-    )
+    script = DRIVER.format(store=str(store), ckpts=[str(c) for c in digits_checkpoints])
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        cwd=ROOT,  # `python -c` looks up tests.fixtures in its working directory
     )
     try:
         done = 0

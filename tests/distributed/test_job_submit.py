@@ -8,10 +8,11 @@ import time
 import zipfile
 from pathlib import Path
 
-import clusters
 import numpy as np
 import pytest
-from pipeline import P, job_scores, small_job, traker_scores
+
+from tests.fixtures import clusters
+from tests.fixtures.pipeline import P, job_scores, small_job, traker_scores
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from pipeline import WIDE, kron_job, run_in_process, stored_features
 
 import trak_dist
-from benchmarks._synthetic import synthetic_spec
+from tests.fixtures.pipeline import WIDE, kron_job, run_in_process, stored_features
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.distributed import Reducer, run_job
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore

@@ -8,9 +8,9 @@ import logging
 import os
 
 import pytest
-from pipeline import kron_job, small_job
 from torch import nn
 
+from tests.fixtures.pipeline import kron_job, small_job
 from trak_dist.config import ClusterConfig, FeaturizeConfig, ModelConfig, ProjectionConfig
 from trak_dist.distributed import run_job
 from trak_dist.distributed._prepare import check_combination

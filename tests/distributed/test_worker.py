@@ -1,8 +1,8 @@
 """Worker and Reducer as plain classes (no Ray): docs/design.md, invariants 2, 3 and 6."""
 
 import numpy as np
-from pipeline import job_scores, run_in_process, small_job, traker_scores
 
+from tests.fixtures.pipeline import job_scores, run_in_process, small_job, traker_scores
 from trak_dist.distributed import Worker
 from trak_dist.distributed._prepare import prepare
 from trak_dist.scoring import gram

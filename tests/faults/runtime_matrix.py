@@ -1,7 +1,7 @@
 """Issue 10's runtime fault matrix as a table: each case run as a user would, on any checkout.
 
-    python tests/faults/runtime_matrix.py                   # this checkout
-    python tests/faults/runtime_matrix.py --code OLD_TREE   # e.g. `git archive 71d1b98 | tar -x`
+    python -m tests.faults.runtime_matrix                   # this checkout
+    python -m tests.faults.runtime_matrix --code OLD_TREE   # e.g. `git archive 71d1b98 | tar -x`
 
 Prints a Markdown table: exit code, stderr lines, the first line a user reads, and the outcome
 (scores compared with a clean run of the same code, leftover processes, listening sockets).
@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from tests.fixtures.fault_data import FAULT_DATA
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from faults.fault_data import FAULT_DATA  # noqa: E402
 
 P, LAMBDA, CHUNK = 64, 0.01, 64
 VARIANT = f"p{P}_lambda{LAMBDA:g}"

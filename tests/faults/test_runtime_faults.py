@@ -25,10 +25,10 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from faults.fault_data import FAULT_DATA
-from pipeline import CHUNK, LAMBDA, P, traker_scores
 
 import trak_dist
+from tests.fixtures.fault_data import FAULT_DATA
+from tests.fixtures.pipeline import CHUNK, LAMBDA, P, traker_scores
 from trak_dist.config import (
     ClusterConfig,
     DataConfig,
@@ -75,7 +75,7 @@ def cli_env(data_dir: Path) -> dict[str, str]:
 
 
 def job_args(tmp_path: Path, checkpoints: list[Path], store: Path, *extra: str) -> list[str]:
-    """The tests' small digits job (tests/pipeline.py's settings) on the fault data module."""
+    """The tests' small digits job (tests/fixtures/pipeline.py) on the fault data module."""
     return [
         "data=custom",
         "data.train=faultdata:train_set",
@@ -488,8 +488,7 @@ def test_api_errors_inside_actors_arrive_unwrapped(ray_session, tmp_path, digits
 def test_scoring_guards_keep_existing_scores(tmp_path):
     """λ = NaN/inf is refused, and the store's complete scores stay; top-k above the train
     block is no error: the block-wise merge keeps the exact top-k (TRAKer path, no Ray)."""
-    from helpers import classification_data, mlp
-
+    from tests.fixtures.helpers import classification_data, mlp
     from trak_dist import TRAKer
     from trak_dist.scoring import compute_scores
 
@@ -533,8 +532,7 @@ def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
     its eigendecomposition, NaN eigenvalues before auto's fallback λ = 1 could hide them; a
     stored factor damaged to NaN is recomputed from the rows (store/_integrity.py), so the
     scores are those of the intact factor (TRAKer path, no Ray)."""
-    from helpers import classification_data, mlp
-
+    from tests.fixtures.helpers import classification_data, mlp
     from trak_dist import TRAKer
     from trak_dist.scoring import Factorization, auto_lambda, compute_scores, gram
 
@@ -580,7 +578,7 @@ def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
 def test_eval_never_stores_non_finite_subset_outputs(tmp_path):
     """A subset model whose outputs are NaN/inf (a diverged recipe) is refused by name, and
     nothing of it is stored: one NaN would make every LDS it touches NaN."""
-    from benchmarks._synthetic import synthetic_spec
+    from tests.fixtures.synthetic import synthetic_spec
 
     store = FeatureStore.create_or_open(tmp_path / "s.zarr", synthetic_spec(30, 8))
     store.ensure_experiment("t", 5, None)
@@ -610,7 +608,7 @@ def test_eval_never_stores_non_finite_subset_outputs(tmp_path):
 def test_eval_errors_are_one_line(tmp_path):
     """`trak-dist eval` ends an expected failure as `trak-dist` does: a store whose metadata is
     torn is one line (exit 2), no traceback."""
-    from benchmarks._synthetic import synthetic_spec
+    from tests.fixtures.synthetic import synthetic_spec
 
     store = tmp_path / "s.zarr"
     FeatureStore.create_or_open(store, synthetic_spec(30, 8)).ensure_experiment("targets", 5, None)

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks._synthetic import synthetic_spec
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist import TRAKer
 from trak_dist.config import (
     ClusterConfig,

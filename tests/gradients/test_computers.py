@@ -1,8 +1,8 @@
 import pytest
 import torch
-from helpers import classification_data, mlp
 from torch import nn
 
+from tests.fixtures.helpers import classification_data, mlp
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import GradientComputer, IterativeGradientComputer, ParamLayout
 from trak_dist.tasks import ImageClassification, margin

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import classification_data
 from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
 
+from tests.fixtures.helpers import classification_data
 from trak_dist import TRAKer
 from trak_dist.gradients import HookGradientComputer
 

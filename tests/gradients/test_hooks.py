@@ -3,10 +3,10 @@ dense features, module by module, on an MLP, a CNN, BERT and GPT-2 from tiny con
 
 import pytest
 import torch
-from helpers import classification_data, mlp
-from hf_models import bert_classifier, gpt2_classifier, gpt2_lm, text_batch
 from torch import nn
 
+from tests.fixtures.helpers import classification_data, mlp
+from tests.fixtures.hf_models import bert_classifier, gpt2_classifier, gpt2_lm, text_batch
 from trak_dist.errors import ConfigError
 from trak_dist.featurize import Featurizer
 from trak_dist.gradients import (

@@ -10,8 +10,11 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
-from clusters import LOOPBACK_ENV, free_port
-from pipeline import (
+from torch.utils.data import Dataset
+
+from launch.slurm import submit_array, submit_ray
+from tests.fixtures.clusters import LOOPBACK_ENV, free_port
+from tests.fixtures.pipeline import (
     CHUNK,
     LAMBDA,
     WIDE,
@@ -23,9 +26,6 @@ from pipeline import (
     stored_features,
     traker_scores,
 )
-from torch.utils.data import Dataset
-
-from launch.slurm import submit_array, submit_ray
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore
 

@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 import zarr
-from test_cli import CLI, trak_dist
+
+from tests.test_cli import CLI, trak_dist
 
 M = 24
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import rademacher_entry
 
+from tests.fixtures.helpers import rademacher_entry
 from trak_dist.errors import ConfigError, CudaExtUnavailableError
 from trak_dist.projection import TorchProjector, _cuda, make_projector, rademacher_block
 from trak_dist.projection._cuda import ENV_VAR, CudaLibrary, CudaProjector, load_library

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from helpers import rademacher_entry
 
+from tests.fixtures.helpers import rademacher_entry
 from trak_dist.projection import normal_block, rademacher_block
 
 

@@ -5,9 +5,9 @@ and the store's record of it."""
 import numpy as np
 import pytest
 import torch
-from helpers import MASK, classification_data, philox_scalar
 from torch import nn
 
+from tests.fixtures.helpers import MASK, classification_data, philox_scalar
 from trak_dist import TRAKer
 from trak_dist.errors import StoreMismatchError
 from trak_dist.featurize import build_featurizer

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from helpers import rademacher_entry
 
+from tests.fixtures.helpers import rademacher_entry
 from trak_dist.projection import _lookup, rademacher_block
 from trak_dist.projection._lookup import groups_per_call, lookup_accumulate
 from trak_dist.projection._packed import expand_packed, packed_rademacher

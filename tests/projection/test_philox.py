@@ -1,7 +1,7 @@
 import pytest
 import torch
-from helpers import philox_scalar
 
+from tests.fixtures.helpers import philox_scalar
 from trak_dist.projection._philox import philox4x32
 
 # Random123 kat_vectors, philox4x32 with 10 rounds.

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from benchmarks._synthetic import synthetic_spec
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import StoreStateError
 from trak_dist.scoring import compute_scores, xtx_from_rows
 from trak_dist.store import FeatureStore

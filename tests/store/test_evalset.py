@@ -4,7 +4,7 @@ damaged models named on read, by `store verify`, and un-done by `store repair`."
 import numpy as np
 import pytest
 
-from benchmarks._synthetic import synthetic_spec
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import FeatureStore, subset_mask
 from trak_dist.store._verify import repair, verify

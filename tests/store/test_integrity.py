@@ -10,7 +10,7 @@ import torch
 import zarr
 from torch.utils.data import TensorDataset
 
-from benchmarks._synthetic import synthetic_spec
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import (
     CODECS,

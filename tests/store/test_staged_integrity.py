@@ -1,13 +1,13 @@
 """Staged rows (issue 11) under the store's integrity rules (issue 10): they carry their item
 hashes and checksums, a fold moves X, Q and H together and binds the checkpoint as a direct
 commit does, only rows staged from the bound checkpoint are folded or reused, and
-verify/repair understand them. Real Zarr stores, synthetic rows (tests/row_writers.py)."""
+verify/repair understand them. Real Zarr stores, synthetic rows (tests/fixtures/row_writers.py)."""
 
 import numpy as np
 import pytest
-from row_writers import P, item_hashes, row_values
 from test_store import spec
 
+from tests.fixtures.row_writers import P, item_hashes, row_values
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import FeatureStore
 from trak_dist.store._verify import repair, verify

@@ -4,9 +4,9 @@ import multiprocessing as mp
 
 import numpy as np
 import pytest
-from row_writers import P, item_hashes, row_values, write_share
 from test_store import spec
 
+from tests.fixtures.row_writers import P, item_hashes, row_values, write_share
 from trak_dist.errors import ConfigError
 from trak_dist.store import FeatureStore
 

@@ -3,8 +3,8 @@ with log-softmax and Hugging Face's own loss."""
 
 import pytest
 import torch
-from hf_models import gpt2_lm, padded_tokens
 
+from tests.fixtures.hf_models import gpt2_lm, padded_tokens
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import GradientComputer, IterativeGradientComputer
 from trak_dist.tasks import TASKS, CausalLM, margin, resolve_task

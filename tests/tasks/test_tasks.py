@@ -65,8 +65,9 @@ def test_resolve_task_forms():
 
 
 def test_traker_tasks_are_accepted_unchanged():
-    from helpers import classification_data, mlp
     from trak.modelout_functions import ImageClassificationModelOutput
+
+    from tests.fixtures.helpers import classification_data, mlp
 
     model = mlp()
     x, y = classification_data(4)
@@ -84,8 +85,7 @@ def test_docstring_examples_run():
 def test_labels_outside_the_classes_are_named_not_wrapped():
     """−1 used to index the last class silently. Outside vmap it is a LabelError naming the
     positions; inside vmap (labels unreadable) only its own sample's output turns NaN."""
-    from helpers import classification_data, mlp
-
+    from tests.fixtures.helpers import classification_data, mlp
     from trak_dist.errors import LabelError
     from trak_dist.featurize import Featurizer
     from trak_dist.projection import make_projector
@@ -126,8 +126,7 @@ def test_labels_outside_the_classes_are_named_not_wrapped():
 def test_causal_lm_labels_outside_the_vocabulary_name_the_sample():
     """The tokens' margins are taken over the flattened [B·(T-1)] positions; a label id ≥ V is
     a LabelError at the position of its sample, for the output and for Q."""
-    from hf_models import gpt2_lm, padded_tokens
-
+    from tests.fixtures.hf_models import gpt2_lm, padded_tokens
     from trak_dist.errors import LabelError
     from trak_dist.tasks import CausalLM
 
@@ -147,8 +146,7 @@ def test_causal_lm_labels_outside_the_vocabulary_name_the_sample():
 
 def test_hook_engine_names_a_target_label_outside_the_classes():
     """The hook engine runs the plain forward pass: even a target row (no Q) is named."""
-    from helpers import classification_data, mlp
-
+    from tests.fixtures.helpers import classification_data, mlp
     from trak_dist.errors import LabelError
     from trak_dist.featurize import Featurizer
     from trak_dist.gradients import HookGradientComputer

@@ -3,8 +3,8 @@ sequence run alone and unpadded in float64."""
 
 import pytest
 import torch
-from hf_models import bert_classifier, gpt2_classifier, padded_tokens
 
+from tests.fixtures.hf_models import bert_classifier, gpt2_classifier, padded_tokens
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import GradientComputer, IterativeGradientComputer
 from trak_dist.tasks import TextClassification
