@@ -1,4 +1,4 @@
-"""Invariant 5: the reducer's memory does not grow with n (fixed blocks)."""
+"""docs/design.md, invariant 5: the reducer's memory does not grow with n (fixed blocks)."""
 
 import pytest
 
