@@ -27,8 +27,8 @@ def write_share(store: str, rows: list[list[int]], writer: str) -> None:
     for batch in rows:
         inds = np.asarray(batch, dtype=np.int64)
         x, q = row_values(inds)
-        touched = rs.write_rows(inds, x, q, h=item_hashes(inds), writer=writer)
+        touched = rs.staged.write_rows(inds, x, q, h=item_hashes(inds), writer=writer)
         if len(touched):
             with store_lock(store, wait=False) as free:
                 if free:
-                    rs.fold(touched)
+                    rs.staged.fold(touched)

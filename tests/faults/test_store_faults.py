@@ -315,7 +315,7 @@ def test_traker_staged_row_changed_in_the_dataset_is_refused(tmp_path, digits_ch
     user = UserLoop(tmp_path / "s.zarr", digits_checkpoints)
     killed_after(user, 1000)  # rows [896, 1000) of chunk 7 are staged
     rows = FeatureStore.open(user.save_dir).train_rows(0)
-    assert not rows.done_chunks()[7] and rows.staged_rows()[896:1000].all()
+    assert not rows.done_chunks()[7] and rows.staged.staged_rows()[896:1000].all()
     x, y = user.train
     x = x.clone()
     x[950, 5] += 1.0
@@ -570,7 +570,7 @@ def test_full_disk_during_the_reduce(small_disk, digits_checkpoints):
     for i in range(len(user.states)):
         # finalize's fold would remove the staged rows of the 500-row batches, freeing space
         # XᵀX could then use: remove them first, so the disk is full when XᵀX is written
-        t.store.train_rows(i).fold()
+        t.store.train_rows(i).staged.fold()
         assert "staged" not in t.store.train_rows(i).group
     small_disk.fill(leave=4096)  # a zarr.json fits, an 8 KiB XᵀX does not
     with pytest.raises(OSError, match="No space left"):

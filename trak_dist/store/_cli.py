@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from trak_dist.errors import TrakDistError
-from trak_dist.store._verify import Report, repair, verify
+from trak_dist.store._repair import repair
+from trak_dist.store._verify import Report, verify
 
 
 def _parser() -> argparse.ArgumentParser:
