@@ -161,10 +161,12 @@ def describe(rel: str) -> str:
 
 # ---- chunks ------------------------------------------------------------------------------------
 def bounded_chunks(
-    shape: tuple[int, ...], itemsize: int, rows: int | None = None, cap: int = CHUNK_BYTES
+    shape: tuple[int, ...], itemsize: int, rows: int | None = None, cap: int | None = None
 ) -> tuple[int, ...]:
     """Chunk shape of an array: ``rows`` rows (default: all, at most what fits ``cap``), and the
-    columns split into equal chunks of at most ``cap`` bytes with those rows."""
+    columns split into equal chunks of at most ``cap`` bytes (default ``CHUNK_BYTES``) with
+    those rows."""
+    cap = CHUNK_BYTES if cap is None else cap
     if not shape:
         return (1,)
     r = max(1, min(shape[0], rows if rows is not None else shape[0]))

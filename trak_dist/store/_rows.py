@@ -166,9 +166,12 @@ class RowSet:
     def put(
         self, rows: slice, x: np.ndarray | None, q: np.ndarray | None, h: np.ndarray | None = None
     ) -> None:
-        """Write ``rows`` (whole chunks, checked by the caller) of X, Q and H as given."""
+        """Write ``rows`` (whole chunks, checked by the caller) of X, Q and H as given; X one
+        column chunk at a time, so Zarr holds one wide chunk in flight, not all of a row's."""
         if x is not None:
-            self.X[rows] = x.astype(self.X.dtype, copy=False)
+            x = x.astype(self.X.dtype, copy=False)
+            for cols in layout.column_blocks(self.X):
+                self.X[rows, cols] = x[:, cols]
         if q is not None and self.Q is not None:
             self.Q[rows] = q.astype(np.float32, copy=False)
         if h is not None:

@@ -34,7 +34,7 @@ from zarr.errors import ContainsGroupError
 
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
-from trak_dist.store._layout import CHECKPOINT, STAGED
+from trak_dist.store._layout import CHECKPOINT, STAGED, column_blocks
 from trak_dist.store._zarr import array, group, quiet_foreign_nodes
 
 
@@ -107,8 +107,12 @@ class Shadow:
         return cls(node)
 
     def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
-        """Stage rows ``inds`` (sorted, unique); their flags are set after their data."""
-        self.X.set_orthogonal_selection((inds, slice(None)), x.astype(self.X.dtype, copy=False))
+        """Stage rows ``inds`` (sorted, unique); their flags are set after their data. X goes
+        one column chunk at a time: Zarr reads, patches and rewrites every chunk a row touches,
+        and a wide row touches many (``_layout.py``)."""
+        x = x.astype(self.X.dtype, copy=False)
+        for cols in column_blocks(self.X):
+            self.X.set_orthogonal_selection((inds, cols), x[:, cols])
         if q is not None and self.Q is not None:
             self.Q.set_orthogonal_selection(inds, q.astype(np.float32, copy=False))
         self.H.set_orthogonal_selection(inds, h.astype(np.uint64, copy=False))
