@@ -1,4 +1,5 @@
-"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (see store/_verify.py).
+"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (see store/_verify.py and
+store/_repair.py).
 
 Exit codes: 0 the store is sound (verify) or was repaired (repair); 1 problems were found
 (verify) or some are not repairable (repair); 2 not a store we can check.

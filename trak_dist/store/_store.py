@@ -170,7 +170,7 @@ class FeatureStore:
 
     def bind(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
         """Bind ``rows`` to the checkpoint that featurises them; call before each commit
-        (see ``RowSet.bind``; checked once per row set and store object).
+        (see ``CheckpointBinding.bind``; checked once per row set and store object).
 
         Raises:
             StoreMismatchError: committed rows of ``rows`` come from another checkpoint.
