@@ -75,6 +75,11 @@ def scores(exp: str, variant: str | None = None) -> str:
     return f"{SCORES}/{exp}" if variant is None else f"{SCORES}/{exp}/{variant}"
 
 
+def y(model_id: int) -> str:
+    """``Y`` of one checkpoint, inside its score set (X_target K⁻¹, kept for new targets)."""
+    return f"{Y}/{int(model_id)}"
+
+
 def eval_set(exp: str) -> str:
     return f"{EVAL}/{exp}"
 

@@ -25,7 +25,8 @@ from zarr.storage import LocalStore
 from trak_dist.errors import StoreStateError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
-from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, Y, bounded_chunks, is_leftover
+from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
+from trak_dist.store._layout import y as layout_y
 from trak_dist.store._zarr import array, attr_int
 from trak_dist.store._zarr import group as child
 
@@ -156,8 +157,8 @@ class ScoreSet:
     def create_y(self, model_id: int, m: int, p: int, block: int) -> None:
         """Lay out ``Y/<model_id>`` (``[m, p]`` float32, X_target K⁻¹ of one checkpoint),
         written ``block`` target rows at a time (its chunks' rows)."""
-        self.group.require_group(Y).create_array(
-            str(int(model_id)),
+        self.group.create_array(
+            layout_y(model_id),
             shape=(m, p),
             chunks=bounded_chunks((m, p), 4, rows=min(m, block)),
             dtype="float32",
@@ -167,11 +168,11 @@ class ScoreSet:
 
     def write_y(self, model_id: int, t0: int, y: np.ndarray) -> None:
         """Rows ``[t0, t0 + len(y))`` of ``Y/<model_id>`` (whole row chunks: see create_y)."""
-        array(self.group, f"{Y}/{int(model_id)}")[t0 : t0 + y.shape[0]] = y
+        array(self.group, layout_y(model_id))[t0 : t0 + y.shape[0]] = y
 
     def read_y(self, model_id: int, t0: int, t1: int) -> np.ndarray:
         """Rows ``[t0, t1)`` of ``Y/<model_id>`` (read back while this set is written)."""
-        return np.asarray(array(self.group, f"{Y}/{int(model_id)}")[t0:t1])
+        return np.asarray(array(self.group, layout_y(model_id))[t0:t1])
 
     def _check_complete(self) -> None:
         if not self.complete:

@@ -148,25 +148,16 @@ class FeatureStore:
     def ensure_checkpoint(self, model_id: int, fingerprint: str | None = None) -> RowSet:
         """The train RowSet of ``model_id``, created if new; checks the checkpoint it is bound
         to (see ``bind``)."""
-        path = layout.train(model_id)
-        if path not in self.root:
-            s = self.spec
-            rows = RowSet.create(
-                self.root.require_group(path),
-                s.train_size,
-                s.proj_dim,
-                s.chunk_rows,
-                s.dtype,
-                compressors(self.codec),
-                with_q=True,
-            )
-        else:
-            rows = RowSet(group(self.root, path))
-        self._check_bound(rows, fingerprint, f"model_id={model_id}")
+        rows = self._ensure_rows(layout.train(model_id), self.spec.train_size, with_q=True)
+        rows.binding.check(fingerprint, f"model_id={model_id}", self.where)
         return rows
 
-    def _check_bound(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
-        rows.binding.check(fingerprint, what, self.where)
+    def _ensure_rows(self, path: str, n: int, with_q: bool) -> RowSet:
+        if path in self.root:
+            return RowSet(group(self.root, path))
+        s, node = self.spec, self.root.require_group(path)
+        codec = compressors(self.codec)
+        return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q)
 
     def bind(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
         """Bind ``rows`` to the checkpoint that featurises them; call before each commit
@@ -245,22 +236,9 @@ class FeatureStore:
     ) -> RowSet:
         """The target RowSet of (``exp``, ``model_id``), created if new; checks the checkpoint
         it is bound to (see ``bind``)."""
-        node = group(self.root, layout.experiment(exp))
-        path = layout.targets(exp, model_id)
-        if path in self.root:
-            rows = RowSet(group(self.root, path))
-        else:
-            s = self.spec
-            rows = RowSet.create(
-                self.root.require_group(path),
-                attr_int(node, "num_targets"),
-                s.proj_dim,
-                s.chunk_rows,
-                s.dtype,
-                compressors(self.codec),
-                with_q=False,
-            )
-        self._check_bound(rows, fingerprint, f"targets of {exp!r}, model_id={model_id}")
+        m = attr_int(group(self.root, layout.experiment(exp)), "num_targets")
+        rows = self._ensure_rows(layout.targets(exp, model_id), m, with_q=False)
+        rows.binding.check(fingerprint, f"targets of {exp!r}, model_id={model_id}", self.where)
         return rows
 
     def target_rows(self, exp: str, model_id: int) -> RowSet:

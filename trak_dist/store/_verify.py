@@ -225,7 +225,7 @@ def verify(path: str | Path) -> Report:
                 Problem(rel, f"{rel} was left by a scoring that stopped", drop=(rel,))
             )
         else:
-            ys = tuple(f"{layout.Y}/{c}" for c in children(base, f"{rel}/{layout.Y}"))
+            ys = tuple(layout.y(int(c)) for c in children(base, f"{rel}/{layout.Y}") if c.isdigit())
             _check_reduction(store, rel, ("S", *TOPK_ARRAYS, *ys), (rel,), report)
     check_same_items(store, train_sets, report)
     # only inside the store's own groups: a traker save_dir holds traker's files beside them
