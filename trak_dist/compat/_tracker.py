@@ -18,10 +18,10 @@ class RowTracker:
 
     ``done`` is a snapshot, taken at load time, of the rows any process committed or staged
     from this checkpoint; rows another process stages later are computed again here (the same
-    values: only work is lost). Writes go through ``RowSet.staged.write_rows`` under its TRAKer's own
-    writer name, with the rows' item hashes and the checkpoint's fingerprint: whole chunks
-    straight into X, other rows staged, and folded into X right away when the store lock is free
-    (``finalize_*`` folds whatever is left).
+    values: only work is lost). Writes go through ``RowSet.staged.write_rows`` under its
+    TRAKer's own writer name, with the rows' item hashes and the checkpoint's fingerprint: whole
+    chunks straight into X, other rows staged, and folded into X right away when the store lock
+    is free (``finalize_*`` folds whatever is left).
 
     Args:
         rows: the row set.
