@@ -44,7 +44,12 @@ from trak_dist.config import (
     StoreConfig,
 )
 from trak_dist.distributed import run_job
-from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
+from trak_dist.errors import (
+    NonFiniteError,
+    StoreDamagedError,
+    StoreMismatchError,
+    StoreStateError,
+)
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore, variant_name
 from trak_dist.store._cli import main as store_cli
@@ -315,7 +320,7 @@ def test_traker_staged_row_changed_in_the_dataset_is_refused(tmp_path, digits_ch
     user = UserLoop(tmp_path / "s.zarr", digits_checkpoints)
     killed_after(user, 1000)  # rows [896, 1000) of chunk 7 are staged
     rows = FeatureStore.open(user.save_dir).train_rows(0)
-    assert not rows.done_chunks()[7] and rows.staged_rows()[896:1000].all()
+    assert not rows.done_chunks()[7] and rows.staged.staged_rows()[896:1000].all()
     x, y = user.train
     x = x.clone()
     x[950, 5] += 1.0
@@ -490,6 +495,44 @@ def test_wrong_then_fixed_checkpoint(ray_session, tmp_path, digits_checkpoints, 
     assert_clean(stored_scores(store), clean[1])
 
 
+def nan_train(row: int):
+    """The digits train set with a NaN pixel in one row (pickled by value for workers)."""
+
+    def train_set():
+        ds = digits.train_set()
+        x, y = ds.tensors
+        x = x.clone()
+        x[row, 5] = float("nan")
+        return torch.utils.data.TensorDataset(x, y)
+
+    return train_set
+
+
+@pytest.mark.ray
+def test_a_run_stopped_by_a_nan_row_reruns_with_the_row_fixed(
+    ray_session, tmp_path, digits_checkpoints, clean
+):
+    """The train set is bound by what was committed, as checkpoints are (before: the fixed
+    data was refused, "dataset_fingerprint: store has …, requested …", and forced a new store).
+    Changed data once rows are committed is still refused, naming the row."""
+    store = tmp_path / "s.zarr"
+    bad = job(store, digits_checkpoints, data=DataConfig(train=nan_train(7)))
+    with pytest.raises(Exception, match=r"non-finite projected gradients .* rows \[7\]") as e:
+        run_job(bad)
+    assert isinstance(e.value, NonFiniteError) or "NonFiniteError" in str(e.value)
+    stopped = FeatureStore.open(store, mode="r")
+    assert not stopped.train_rows(0).done_chunks()[0]  # row 7's chunk: never committed
+    run_job(job(store, digits_checkpoints))  # the same store, row 7 fixed
+    assert_clean(stored_scores(store), clean[1])
+    assert FeatureStore.open(store).spec.dataset_fingerprint == clean_fingerprint(clean[0])
+    with pytest.raises(StoreMismatchError, match=r"row 777 differs"):
+        run_job(job(store, digits_checkpoints, data=DataConfig(train=changed_train(777))))
+
+
+def clean_fingerprint(store: Path) -> str:
+    return FeatureStore.open(store, mode="r").spec.dataset_fingerprint
+
+
 @pytest.mark.ray
 def test_committed_rows_of_another_checkpoint_refuse_a_new_one(copy, tmp_path, digits_checkpoints):
     other = tmp_path / "other.pt"
@@ -570,7 +613,7 @@ def test_full_disk_during_the_reduce(small_disk, digits_checkpoints):
     for i in range(len(user.states)):
         # finalize's fold would remove the staged rows of the 500-row batches, freeing space
         # XᵀX could then use: remove them first, so the disk is full when XᵀX is written
-        t.store.train_rows(i).fold()
+        t.store.train_rows(i).staged.fold()
         assert "staged" not in t.store.train_rows(i).group
     small_disk.fill(leave=4096)  # a zarr.json fits, an 8 KiB XᵀX does not
     with pytest.raises(OSError, match="No space left"):

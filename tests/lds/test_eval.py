@@ -15,7 +15,8 @@ from trak_dist.examples import digits
 from trak_dist.lds import store_lds
 from trak_dist.lds._retrain import SubsetTrainer
 from trak_dist.store import FeatureStore
-from trak_dist.store._verify import repair, verify
+from trak_dist.store._repair import repair
+from trak_dist.store._verify import verify
 
 QUICK = {"epochs": 2}  # recipe_kwargs: subset models in a fraction of a second
 

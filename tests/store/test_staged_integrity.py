@@ -10,7 +10,8 @@ from test_store import spec
 from tests.fixtures.row_writers import P, item_hashes, row_values
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import FeatureStore
-from trak_dist.store._verify import repair, verify
+from trak_dist.store._repair import repair
+from trak_dist.store._verify import verify
 
 N, CHUNK = 200, 64  # chunks [0, 64), [64, 128), [128, 192), [192, 200)
 
@@ -23,7 +24,7 @@ def new_rows(path):
 def write(rs, inds, writer, checkpoint=None, hashes=None):
     inds = np.asarray(inds)
     h = item_hashes(inds) if hashes is None else hashes
-    return rs.write_rows(inds, *row_values(inds), h=h, writer=writer, checkpoint=checkpoint)
+    return rs.staged.write_rows(inds, *row_values(inds), h=h, writer=writer, checkpoint=checkpoint)
 
 
 def shadow_chunk(store_path, writer, array, *coords):
@@ -41,8 +42,10 @@ def test_a_fold_moves_x_q_and_h_together_and_binds_the_checkpoint(store_path):
     write(rs, np.arange(0, 40), "a", "ckpt")
     write(rs, np.arange(40, 64), "b", "ckpt")
     # before the fold, the staged rows' hashes are what a rerun compares its items with
-    np.testing.assert_array_equal(rs.recorded_hashes(np.arange(30, 50)), item_hashes(range(30, 50)))
-    assert rs.fold(np.array([0]), "ckpt") == 1
+    np.testing.assert_array_equal(
+        rs.staged.recorded_hashes(np.arange(30, 50)), item_hashes(range(30, 50))
+    )
+    assert rs.staged.fold(np.array([0]), "ckpt") == 1
     x, q = row_values(np.arange(64))
     np.testing.assert_array_equal(rs.read(0, 64), x)
     np.testing.assert_array_equal(rs.read_q(0, 64), q)
@@ -67,7 +70,7 @@ def test_a_staged_chunk_that_fails_its_checksum_stops_the_fold_and_repair_drops_
     write(rs, np.arange(64, 100), "b", "ckpt")
     flip(shadow_chunk(store_path, "a", "X", 0, 0))
     with pytest.raises(StoreDamagedError, match=r"staged/a/X chunk 0 .* fails its checksum"):
-        rs.fold(None, "ckpt")
+        rs.staged.fold(None, "ckpt")
     assert not rs.done_chunks().any()  # nothing was committed from damaged rows
     report = verify(store_path)
     assert [p.node for p in report.problems] == ["train/0/staged/a"]
@@ -77,9 +80,9 @@ def test_a_staged_chunk_that_fails_its_checksum_stops_the_fold_and_repair_drops_
     assert verify(store_path).problems == []
     rs = FeatureStore.open(store_path).train_rows(0)
     # a's rows are to be featurised again; b's are kept
-    assert np.flatnonzero(rs.rows_done("ckpt")).tolist() == list(range(40, 100))
+    assert np.flatnonzero(rs.staged.rows_done("ckpt")).tolist() == list(range(40, 100))
     write(rs, np.arange(0, 40), "c", "ckpt")
-    assert rs.fold(None, "ckpt") == 1
+    assert rs.staged.fold(None, "ckpt") == 1
     np.testing.assert_array_equal(rs.read(0, 64), row_values(np.arange(64))[0])
 
 
@@ -96,7 +99,7 @@ def test_a_missing_staged_chunk_or_flags_is_reported(store_path):
         ("train/0/staged/b", "train/0/staged/b/has chunk 1"),
     ]
     with pytest.raises(StoreDamagedError, match=r"staged/a/H chunk 0 .* is missing, though rows "):
-        rs.recorded_hashes(np.array([5]))
+        rs.staged.recorded_hashes(np.array([5]))
 
 
 def test_rows_staged_from_another_checkpoint_are_neither_reused_nor_folded(store_path):
@@ -106,19 +109,19 @@ def test_rows_staged_from_another_checkpoint_are_neither_reused_nor_folded(store
     assert wrong.checkpoint() == "W"
     # the right checkpoint is accepted (nothing committed) and sees none of those rows
     rs = FeatureStore.open(store_path).ensure_checkpoint(0, "F")
-    assert not rs.rows_done("F").any()
-    assert rs.recorded_hashes(np.array([3]), "F").tolist() == [0]
+    assert not rs.staged.rows_done("F").any()
+    assert rs.staged.recorded_hashes(np.array([3]), "F").tolist() == [0]
     write(rs, np.arange(10, 64), "right", "F")
-    assert rs.fold(None, "F") == 0  # rows 0..10 only the wrong run staged: chunk 0 not whole
+    assert rs.staged.fold(None, "F") == 0  # rows 0..10 only the wrong run staged: chunk 0 not whole
     write(rs, np.arange(0, 10), "right", "F")
-    assert rs.fold(np.array([0]), "F") == 1
+    assert rs.staged.fold(np.array([0]), "F") == 1
     assert rs.checkpoint() == "F"
     np.testing.assert_array_equal(rs.read(0, 64), row_values(np.arange(64))[0])
     # the wrong writer cannot commit its rows into the right checkpoint's set: not by a fold
     write(wrong, np.arange(64, 100), "wrong", "W")
     write(wrong, np.arange(100, 128), "wrong", "W")
     with pytest.raises(StoreMismatchError, match="different checkpoint"):
-        wrong.fold(None, "W")
+        wrong.staged.fold(None, "W")
     # nor directly, once it looks again
     with pytest.raises(StoreMismatchError, match="different checkpoint"):
         write(FeatureStore.open(store_path).train_rows(0), np.arange(128, 192), "wrong", "W")
@@ -136,7 +139,7 @@ def test_one_row_staged_by_two_writers_from_different_items_is_refused(store_pat
     with pytest.raises(
         StoreMismatchError, match="row 35: staged by two processes from different items"
     ):
-        rs.fold()
+        rs.staged.fold()
 
 
 def test_repair_uncommits_whole_chunks_and_their_staged_leftovers(store_path):
@@ -152,7 +155,7 @@ def test_repair_uncommits_whole_chunks_and_their_staged_leftovers(store_path):
     assert [p.uncommit for p in report.problems] == [("train/0", 0)]
     repair(store_path)
     rs = FeatureStore.open(store_path).train_rows(0)
-    assert not rs.rows_done().any()
+    assert not rs.staged.rows_done().any()
     assert verify(store_path).problems == []
 
 
@@ -191,4 +194,4 @@ def test_torn_shadow_metadata_drops_only_that_shadow(store_path):
     repair(store_path)
     rs = FeatureStore.open(store_path).train_rows(0)
     assert rs.done_chunks()[0]  # the committed rows stay
-    assert np.flatnonzero(rs.staged_rows()).tolist() == list(range(80, 90))
+    assert np.flatnonzero(rs.staged.staged_rows()).tolist() == list(range(80, 90))

@@ -18,7 +18,7 @@ def new_rows(path, n=1000, chunk_rows=64):
 
 def write(rs, inds, writer):
     inds = np.asarray(inds)
-    return rs.write_rows(inds, *row_values(inds), h=item_hashes(inds), writer=writer)
+    return rs.staged.write_rows(inds, *row_values(inds), h=item_hashes(inds), writer=writer)
 
 
 def test_whole_chunks_go_straight_to_x_and_the_rest_is_staged(store_path):
@@ -26,16 +26,16 @@ def test_whole_chunks_go_straight_to_x_and_the_rest_is_staged(store_path):
     touched = write(rs, np.arange(60, 200)[::-1], "a")  # any order; chunks 1 and 2 are whole
     assert touched.tolist() == [0, 3]
     assert np.flatnonzero(rs.done_chunks()).tolist() == [1, 2]
-    assert np.flatnonzero(rs.staged_rows()).tolist() == [*range(60, 64), *range(192, 200)]
-    assert rs.rows_done()[60:200].all() and rs.rows_done().sum() == 140
+    assert np.flatnonzero(rs.staged.staged_rows()).tolist() == [*range(60, 64), *range(192, 200)]
+    assert rs.staged.rows_done()[60:200].all() and rs.staged.rows_done().sum() == 140
     np.testing.assert_array_equal(rs.read(64, 192), row_values(np.arange(64, 192))[0])
     # a second writer completes chunk 3 together with the first: folded whole
     assert write(rs, np.arange(200, 256), "b").tolist() == [3]
-    assert rs.fold(np.array([0, 3])) == 1
+    assert rs.staged.fold(np.array([0, 3])) == 1
     np.testing.assert_array_equal(rs.read(192, 256), row_values(np.arange(192, 256))[0])
     np.testing.assert_array_equal(rs.read_q(192, 256), row_values(np.arange(192, 256))[1])
     assert np.flatnonzero(rs.done_chunks()).tolist() == [1, 2, 3]
-    assert np.flatnonzero(rs.staged_rows()).tolist() == [*range(60, 64), *range(192, 256)]
+    assert np.flatnonzero(rs.staged.staged_rows()).tolist() == [*range(60, 64), *range(192, 256)]
 
 
 def test_full_fold_commits_everything_and_drops_the_staging_area(store_path):
@@ -45,7 +45,7 @@ def test_full_fold_commits_everything_and_drops_the_staging_area(store_path):
     for k, batch in enumerate(np.array_split(order, 9)):
         write(rs, batch, f"w{k % 3}")
     committed_directly = int(rs.done_chunks().sum())
-    assert rs.fold() == 4 - committed_directly
+    assert rs.staged.fold() == 4 - committed_directly
     assert rs.is_complete() and "staged" not in rs.group
     x, q = row_values(np.arange(200))
     np.testing.assert_array_equal(rs.read(0, 200), x)
@@ -55,15 +55,15 @@ def test_full_fold_commits_everything_and_drops_the_staging_area(store_path):
 def test_incomplete_chunks_stay_staged_and_a_cut_short_writer_is_ignored(store_path):
     rs = new_rows(store_path)
     write(rs, np.arange(0, 50), "a")
-    assert rs.fold() == 0 and not rs.done_chunks().any()
-    assert rs.rows_done().sum() == 50
+    assert rs.staged.fold() == 0 and not rs.done_chunks().any()
+    assert rs.staged.rows_done().sum() == 50
     # a writer killed while creating its shadow: its group exists, its flags do not
     rs.group["staged"].create_group("dead").create_array("X", shape=(1000, P), dtype="float16")
-    assert rs.rows_done().sum() == 50
+    assert rs.staged.rows_done().sum() == 50
     # rows already committed whole by a chunk owner (a pipeline worker) are never refolded
     rs.write(0, *row_values(np.arange(64)), item_hashes(np.arange(64)))
     rs.commit(0, 64)
-    assert rs.fold(np.array([0])) == 0
+    assert rs.staged.fold(np.array([0])) == 0
 
 
 def test_bad_row_indices_are_clear_errors(store_path):
@@ -73,7 +73,9 @@ def test_bad_row_indices_are_clear_errors(store_path):
     with pytest.raises(ConfigError, match=r"\[0, 1000\)"):
         write(rs, [999, 1000], "a")
     with pytest.raises(ConfigError, match="integers"):
-        rs.write_rows(np.array([0.5]), *row_values(np.array([0])), h=item_hashes([0]), writer="a")
+        rs.staged.write_rows(
+            np.array([0.5]), *row_values(np.array([0])), h=item_hashes([0]), writer="a"
+        )
 
 
 @pytest.mark.slow
@@ -99,8 +101,8 @@ def test_three_processes_writing_interleaved_rows_lose_nothing(store_path):
         p.join(timeout=300)
         assert p.exitcode == 0
     rs = FeatureStore.open(store_path).train_rows(0)
-    assert rs.rows_done().all()
-    rs.fold()
+    assert rs.staged.rows_done().all()
+    rs.staged.fold()
     assert rs.is_complete()
     x, q = row_values(np.arange(n))
     np.testing.assert_array_equal(rs.read(0, n), x)

@@ -36,7 +36,6 @@ def test_metadata_roundtrip_and_mismatch(store_path):
         dict(proj_dim=128),
         dict(seed=1),
         dict(grad_wrt=("fc.weight",)),
-        dict(dataset_fingerprint="other"),
         dict(dtype="float32"),
         dict(projection="normal"),
         dict(train_size=999),
@@ -46,6 +45,47 @@ def test_metadata_roundtrip_and_mismatch(store_path):
             FeatureStore.create_or_open(store_path, spec(**change))
         field = next(iter(change))
         assert field in str(e.value) and "new store path" in str(e.value)
+
+
+def test_the_train_set_is_bound_by_what_was_committed(store_path):
+    """Like checkpoints: while no train row is committed, other data takes the store over (a run
+    stopped by a bad row, rerun with the row fixed); once rows are, it is refused, by name."""
+    FeatureStore.create_or_open(store_path, spec()).ensure_checkpoint(0, "fp0")
+    store = FeatureStore.create_or_open(store_path, spec(dataset_fingerprint="fixed"))
+    assert store.spec.dataset_fingerprint == "fixed"
+    assert FeatureStore.open(store_path).spec.dataset_fingerprint == "fixed"
+    # another setting with it is refused as before, naming it, and rebinds nothing
+    with pytest.raises(StoreMismatchError, match="seed: store has 0, requested 1"):
+        FeatureStore.create_or_open(store_path, spec(dataset_fingerprint="x", seed=1))
+    assert FeatureStore.open(store_path).spec.dataset_fingerprint == "fixed"
+    rows = store.ensure_checkpoint(0, "fp0")
+    rows.write(0, np.ones((128, 64), np.float32), np.ones(128, np.float32), np.ones(128, np.uint64))
+    rows.commit(0, 128)
+    with pytest.raises(
+        StoreMismatchError, match="dataset_fingerprint: store has 'fixed', requested 'again'"
+    ):
+        FeatureStore.create_or_open(store_path, spec(dataset_fingerprint="again"))
+    assert FeatureStore.open(store_path).spec.dataset_fingerprint == "fixed"
+
+
+def test_with_row_hashes_only_committed_rows_bind_the_train_set(store_path):
+    """The pipeline hashes every row: rows not committed yet may change (fixed data after a run
+    that stopped), a committed one may not, and the error names it."""
+    old = np.arange(1, 1001, dtype=np.uint64)
+    FeatureStore.create_or_open(store_path, spec(), row_hashes=old)
+    rows = FeatureStore.open(store_path).ensure_checkpoint(0, "fp0")
+    rows.write(128, np.ones((128, 64), np.float32), np.ones(128, np.float32), old[128:256])
+    rows.commit(128, 256)
+    rows.write(0, np.ones((128, 64), np.float32), np.ones(128, np.float32), old[:128])  # no commit
+    fixed = old.copy()
+    fixed[7] = 99_999  # row 7: written, never committed (its run stopped)
+    store = FeatureStore.create_or_open(store_path, spec(dataset_fingerprint="f"), row_hashes=fixed)
+    assert store.spec.dataset_fingerprint == "f"
+    changed = fixed.copy()
+    changed[200] = 77_777  # committed
+    with pytest.raises(StoreMismatchError, match=r"row 200 differs"):
+        FeatureStore.create_or_open(store_path, spec(dataset_fingerprint="g"), row_hashes=changed)
+    assert FeatureStore.open(store_path).spec.dataset_fingerprint == "f"
 
 
 def test_spec_validation_names_the_field():
@@ -166,7 +206,7 @@ def test_non_finite_rows_are_refused_before_anything_is_written(store_path):
     store.ensure_experiment("val", 10, None)
     targets = store.ensure_target_checkpoint("val", 0)
     with pytest.raises(NonFiniteError, match=r"experiment 'val', model_id=0, rows \[1, 4\]"):
-        targets.write_rows(
+        targets.staged.write_rows(
             np.array([1, 4]),
             np.array([[np.inf] * 64, [np.nan] * 64], np.float32),
             h=np.array([11, 12], np.uint64),
@@ -175,4 +215,4 @@ def test_non_finite_rows_are_refused_before_anything_is_written(store_path):
     assert not rows.done_chunks().any() and not targets.done_chunks().any()
     assert not os.path.exists(os.path.join(store_path, "train", "2", "X", "c"))  # no chunk file
     assert not os.path.exists(os.path.join(store_path, "targets", "val", "0", "X", "c"))
-    assert not targets.staged_rows().any()  # nothing staged either
+    assert not targets.staged.staged_rows().any()  # nothing staged either

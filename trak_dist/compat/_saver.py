@@ -45,7 +45,7 @@ class SaverView:
         for mid in self._store.checkpoint_ids():
             rows = self._store.train_rows(mid)
             out[mid] = {
-                "is_featurized": int(bool(rows.rows_done().all())),
+                "is_featurized": int(bool(rows.staged.rows_done().all())),
                 "is_finalized": int(self._store.read_xtx(mid) is not None),
             }
         return out

@@ -18,10 +18,10 @@ class RowTracker:
 
     ``done`` is a snapshot, taken at load time, of the rows any process committed or staged
     from this checkpoint; rows another process stages later are computed again here (the same
-    values: only work is lost). Writes go through ``RowSet.write_rows`` under its TRAKer's own
-    writer name, with the rows' item hashes and the checkpoint's fingerprint: whole chunks
-    straight into X, other rows staged, and folded into X right away when the store lock is free
-    (``finalize_*`` folds whatever is left).
+    values: only work is lost). Writes go through ``RowSet.staged.write_rows`` under its
+    TRAKer's own writer name, with the rows' item hashes and the checkpoint's fingerprint: whole
+    chunks straight into X, other rows staged, and folded into X right away when the store lock
+    is free (``finalize_*`` folds whatever is left).
 
     Args:
         rows: the row set.
@@ -36,7 +36,7 @@ class RowTracker:
         self.where = where
         self.writer = writer
         self.checkpoint = checkpoint
-        self.done = rows.rows_done(checkpoint)
+        self.done = rows.staged.rows_done(checkpoint)
         self.cursor = 0
 
     def take(self, inds: Iterable[int] | None, num_samples: int | None) -> np.ndarray:
@@ -60,10 +60,10 @@ class RowTracker:
 
     def recorded_hashes(self, inds: np.ndarray) -> np.ndarray:
         """``[B]`` the item hashes rows ``inds`` were featurised from (committed or staged)."""
-        return self.rows.recorded_hashes(inds, self.checkpoint)
+        return self.rows.staged.recorded_hashes(inds, self.checkpoint)
 
     def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
-        touched = self.rows.write_rows(
+        touched = self.rows.staged.write_rows(
             inds, x, q, h=h, writer=self.writer, checkpoint=self.checkpoint
         )
         self.done[inds] = True
@@ -74,7 +74,7 @@ class RowTracker:
         if whole:
             with store_lock(self.where, wait=False) as free:
                 if free:
-                    self.rows.fold(np.asarray(whole), self.checkpoint)
+                    self.rows.staged.fold(np.asarray(whole), self.checkpoint)
 
 
 def writer_name() -> str:
@@ -85,10 +85,10 @@ def writer_name() -> str:
 def fold_all(rows: RowSet, what: str, noun: str, checkpoint: str | None = None) -> None:
     """Fold every row staged from ``checkpoint`` (default: the one the rows are bound to) into
     X (caller holds the store lock); error if rows are missing."""
-    rows.fold(None, checkpoint)
+    rows.staged.fold(None, checkpoint)
     if rows.is_complete():
         return
-    missing = np.flatnonzero(~rows.rows_done(checkpoint))
+    missing = np.flatnonzero(~rows.staged.rows_done(checkpoint))
     raise StoreStateError(
         f"{what}: {len(missing)} of {rows.n} {noun} have no features yet (e.g. rows "
         f"{missing[:5].tolist()}). Featurise every row first (any process may fill any rows)."

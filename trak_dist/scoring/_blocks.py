@@ -21,8 +21,6 @@ from trak_dist.errors import NonFiniteError, StoreStateError
 from trak_dist.scoring._factor import Factorization, gram
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
-from trak_dist.store._codecs import CHECKSUM
-from trak_dist.store._zarr import array
 
 
 def xtx_from_rows(
@@ -143,24 +141,16 @@ def compute_scores(
     # the previous scores of this variant stay in place until the new ones are complete
     with store.create_scores(exp, name, n, m, topk, attrs) as sset:
         tb = max(1, min(target_block, memory_bytes // (4 * p * len(ids))))
-        ys = sset.group.require_group("Y")
         for c, lam, ts in zip(ids, lambdas, target_sets, strict=True):
             factor = ensure_factor(store, c, p, device)
             kinv = torch.as_tensor(factor.kinv(lam, kinv_scaling, f"model_id={c}"), device=device)
-            y = ys.create_array(
-                str(c),
-                shape=(m, p),
-                chunks=(min(m, tb), p),
-                dtype="float32",
-                compressors=CHECKSUM,
-                overwrite=True,
-            )
+            sset.create_y(c, m, p, tb)
             for t0 in range(0, m, tb):
                 xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
-                y[t0 : t0 + xt.shape[0]] = (xt.double() @ kinv).float().cpu().numpy()
+                sset.write_y(c, t0, (xt.double() @ kinv).float().cpu().numpy())
             del kinv
         # in the partial set's attributes: they move into place with it (publish)
-        sset.group.attrs["lambdas"] = lambdas
+        sset.set_attrs(lambdas=lambdas)
 
         k = min(topk, n)
         bar = tqdm(
@@ -171,9 +161,7 @@ def compute_scores(
         )
         for t0 in range(0, m, tb):
             t1 = min(m, t0 + tb)
-            yblocks = [
-                torch.as_tensor(np.asarray(array(ys, str(c))[t0:t1]), device=device) for c in ids
-            ]
+            yblocks = [torch.as_tensor(sset.read_y(c, t0, t1), device=device) for c in ids]
             best: tuple[torch.Tensor, torch.Tensor] | None = None
             worst: tuple[torch.Tensor, torch.Tensor] | None = None
             for r0 in range(0, n, train_block):

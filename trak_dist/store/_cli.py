@@ -1,4 +1,5 @@
-"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (see store/_verify.py).
+"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (see store/_verify.py and
+store/_repair.py).
 
 Exit codes: 0 the store is sound (verify) or was repaired (repair); 1 problems were found
 (verify) or some are not repairable (repair); 2 not a store we can check.
@@ -10,7 +11,8 @@ import argparse
 import sys
 
 from trak_dist.errors import TrakDistError
-from trak_dist.store._verify import Report, repair, verify
+from trak_dist.store._repair import repair
+from trak_dist.store._verify import Report, verify
 
 
 def _parser() -> argparse.ArgumentParser:

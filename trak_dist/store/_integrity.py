@@ -8,16 +8,14 @@ indices, 0 for row hashes). A read therefore catches the three ways a chunk goes
 - its file is gone: Zarr returns the fill value in its place;
 - it holds non-finite values: features that should never have been committed.
 
-Only on failure are the rows re-read chunk by chunk, to name the damaged chunks.
+Only on failure are the rows re-read chunk by chunk, to name the damaged chunks. Metadata is
+checked when a store is opened (``_metadata.py``).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,12 +23,8 @@ import zarr
 from zarr.core.sync import sync
 
 from trak_dist.errors import StoreDamagedError
+from trak_dist.store._layout import EVAL, STAGED
 
-STAGED = "staged"  # a row set's group of writers' staged rows (store/_staging.py)
-EVAL = "eval"  # the LDS's subset models (store/_eval.py), made by the first `trak-dist eval`
-# the store's top-level groups; nothing else is ours (eval/ only once it exists, see
-# unreadable_metadata)
-CONTAINERS = ("train", "targets", "scores", EVAL)
 KINDS = {
     "checksum": "fails its checksum (its bytes changed on disk)",
     "missing": "is missing, though committed",
@@ -199,41 +193,3 @@ def checked_read(
         if damage:
             raise damaged_error(damage, store_location(arr))
     return values
-
-
-def unreadable_metadata(root: str | Path) -> list[str]:
-    """Node paths (``""`` for the root) of a local store whose ``zarr.json`` is missing, cut
-    short or not Zarr v3 metadata. Chunk directories are not entered, nor folders beside the
-    store's own containers: a traker ``save_dir`` holds traker's folders too. ``eval/`` is
-    entered only when it has metadata of its own (``trak-dist eval`` makes it; a folder of that
-    name without it is someone else's)."""
-    base = Path(root)
-    bad: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        rel = Path(dirpath).relative_to(base).as_posix()
-        rel = "" if rel == "." else rel
-        node_type = _node_type(Path(dirpath) / "zarr.json") if "zarr.json" in filenames else None
-        if node_type is None:
-            bad.append(rel)
-        if rel == "":
-            dirnames[:] = [
-                d
-                for d in dirnames
-                if d in CONTAINERS and (d != EVAL or (Path(dirpath) / d / "zarr.json").exists())
-            ]
-        elif node_type != "group":
-            # an array's chunks (or a node we cannot read): nothing below is metadata we own
-            dirnames[:] = [d for d in dirnames if d != "c"] if node_type is None else []
-        dirnames.sort()
-    return bad
-
-
-def _node_type(path: Path) -> str | None:
-    try:
-        meta = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or meta.get("zarr_format") != 3:
-        return None
-    kind = meta.get("node_type")
-    return kind if kind in ("group", "array") else None

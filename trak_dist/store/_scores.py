@@ -25,12 +25,13 @@ from zarr.storage import LocalStore
 from trak_dist.errors import StoreStateError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
+from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
+from trak_dist.store._layout import y as layout_y
 from trak_dist.store._zarr import array, attr_int
 from trak_dist.store._zarr import group as child
 
+__all__ = ["TOPK_ARRAYS", "ScoreSet", "is_leftover", "variant_name"]
 logger = logging.getLogger(__name__)
-TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
-PARTIAL, OLD = ".partial-", ".old-"
 # how long a failed set's folder is kept being removed: zarr writes from I/O threads that can
 # outlive the exception which ended the write, and each write makes its parent folders first,
 # so a removed folder can come back (1 in ~200 full-disk failures here) for a few ms
@@ -43,11 +44,6 @@ def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "me
     lam = lambda_reg if isinstance(lambda_reg, str) else f"{lambda_reg:g}"
     name = f"p{proj_dim}_lambda{lam}"
     return name if kinv_scaling == "mean_abs" else f"{name}_rawkinv"
-
-
-def is_leftover(name: str) -> bool:
-    """A partial or replaced set left behind by a killed scoring (``store repair`` drops it)."""
-    return PARTIAL in name or OLD in name
 
 
 def _local_dir(node: zarr.Group) -> Path | None:
@@ -121,6 +117,11 @@ class ScoreSet:
         """What defines the variant: proj_dim, lambda_reg, lambdas (per checkpoint), …"""
         return dict(self.group.attrs)
 
+    def set_attrs(self, **values: Any) -> None:
+        """Record more of what defines the set (written into the partial set, so they move into
+        place with it when it is published)."""
+        self.group.attrs.update(values)
+
     @property
     def complete(self) -> bool:
         return bool(self.group.attrs.get("complete", False))
@@ -152,6 +153,26 @@ class ScoreSet:
         for key in TOPK_ARRAYS:
             v = values[key]
             array(self.group, key)[c0 : c0 + v.shape[0]] = v
+
+    def create_y(self, model_id: int, m: int, p: int, block: int) -> None:
+        """Lay out ``Y/<model_id>`` (``[m, p]`` float32, X_target K⁻¹ of one checkpoint),
+        written ``block`` target rows at a time (its chunks' rows)."""
+        self.group.create_array(
+            layout_y(model_id),
+            shape=(m, p),
+            chunks=bounded_chunks((m, p), 4, rows=min(m, block)),
+            dtype="float32",
+            compressors=CHECKSUM,
+            overwrite=True,
+        )
+
+    def write_y(self, model_id: int, t0: int, y: np.ndarray) -> None:
+        """Rows ``[t0, t0 + len(y))`` of ``Y/<model_id>`` (whole row chunks: see create_y)."""
+        array(self.group, layout_y(model_id))[t0 : t0 + y.shape[0]] = y
+
+    def read_y(self, model_id: int, t0: int, t1: int) -> np.ndarray:
+        """Rows ``[t0, t1)`` of ``Y/<model_id>`` (read back while this set is written)."""
+        return np.asarray(array(self.group, layout_y(model_id))[t0:t1])
 
     def _check_complete(self) -> None:
         if not self.complete:

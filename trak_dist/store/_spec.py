@@ -20,13 +20,15 @@ from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 #      unwritten chunk is detected on read (store/_integrity.py);
 #    - row sets hold per-row item hashes H, and the dataset fingerprint covers every row;
 #    - row sets may hold ``staged/<writer>/`` shadows (X, Q, H, has) of rows not yet folded into
-#      X (_rows.py), and the checkpoint a row set is bound to at its first commit;
+#      X (_fold.py), and the checkpoint a row set is bound to at its first commit;
 #    - commit and done flags are checksummed; reductions (xtx, factors) carry a ``complete`` flag
 #      and score sets are written beside the variant (``<variant>.partial-<id>``) and renamed in;
 #    - score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
 #      named ``p<k>_lambdaauto``;
 #    - an ``eval/<exp>`` group holds the LDS's subset models (EvalSet), checksummed, done per model;
 #    - FeatureSpec.projection_params records what else defines a Kronecker projection.
+#    Chunk shapes are read from each array's metadata, so stores laid out before chunks were
+#    bounded in bytes (store/_layout.py: rows ≤ n, column chunks for wide X) read as they are.
 FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 

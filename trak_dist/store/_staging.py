@@ -5,7 +5,8 @@ per shard, boundaries anywhere). Zarr stores whole chunks, so two processes writ
 chunk read-modify-write the same key and one loses the other's rows, silently. A writer therefore
 puts rows that do not fill a whole chunk into its own *shadow* arrays under
 ``staged/<writer>/`` (``X``, ``Q``, ``H``, ``has``: the same shape and chunking as the row
-set's, so a row keeps its index), keys that no other process ever writes. ``RowSet.fold`` merges
+set's, so a row keeps its index), keys that no other process ever writes. ``StagedRows.fold``
+(``_fold.py``) merges
 the shadows of every writer chunk by chunk and writes a chunk of X only when their union covers
 it, whole.
 
@@ -32,10 +33,9 @@ import zarr
 from zarr.errors import ContainsGroupError
 
 from trak_dist.store._codecs import CHECKSUM
-from trak_dist.store._integrity import STAGED, checked_read
+from trak_dist.store._integrity import checked_read
+from trak_dist.store._layout import CHECKPOINT, STAGED, column_blocks
 from trak_dist.store._zarr import array, group, quiet_foreign_nodes
-
-CHECKPOINT = "checkpoint"
 
 
 class Shadow:
@@ -83,7 +83,7 @@ class Shadow:
         node.create_array(
             "X",
             shape=(n, p),
-            chunks=(chunk, p),
+            chunks=like.chunks,  # the row set's (bounded in bytes, store/_layout.py)
             dtype=like.dtype,
             compressors=CHECKSUM,
             fill_value=np.nan,
@@ -107,8 +107,12 @@ class Shadow:
         return cls(node)
 
     def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
-        """Stage rows ``inds`` (sorted, unique); their flags are set after their data."""
-        self.X.set_orthogonal_selection((inds, slice(None)), x.astype(self.X.dtype, copy=False))
+        """Stage rows ``inds`` (sorted, unique); their flags are set after their data. X goes
+        one column chunk at a time: Zarr reads, patches and rewrites every chunk a row touches,
+        and a wide row touches many (``_layout.py``)."""
+        x = x.astype(self.X.dtype, copy=False)
+        for cols in column_blocks(self.X):
+            self.X.set_orthogonal_selection((inds, cols), x[:, cols])
         if q is not None and self.Q is not None:
             self.Q.set_orthogonal_selection(inds, q.astype(np.float32, copy=False))
         self.H.set_orthogonal_selection(inds, h.astype(np.uint64, copy=False))
@@ -124,22 +128,22 @@ class Shadow:
         none = np.zeros(end - start, dtype=bool)  # no row must hold a flag: checksum only
         return checked_read(self.has, (slice(start, end),), none).astype(bool)
 
-    def read(
-        self, start: int, end: int, has: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """X, Q and H rows ``[start, end)``, checked where ``has`` (from ``rows``) flags them;
-        the other rows are the fill values.
+    def read_x(self, start: int, end: int, cols: slice, has: np.ndarray) -> np.ndarray:
+        """X rows ``[start, end)``, columns ``cols`` (explicit bounds), checked where ``has``
+        (from ``rows``) flags them; the other rows are the fill value.
 
         Raises:
             StoreDamagedError: a chunk fails its checksum, or a flagged row is missing or
                 non-finite.
         """
-        x = checked_read(self.X, (slice(start, end), slice(0, self.X.shape[1])), has)
-        q = None if self.Q is None else checked_read(self.Q, (slice(start, end),), has)
-        return x, q, self.read_hashes(start, end, has)
+        return checked_read(self.X, (slice(start, end), cols), has)
+
+    def read_q(self, start: int, end: int, has: np.ndarray) -> np.ndarray | None:
+        """Q rows ``[start, end)`` (None without Q), checked where ``has`` flags them."""
+        return None if self.Q is None else checked_read(self.Q, (slice(start, end),), has)
 
     def read_hashes(self, start: int, end: int, has: np.ndarray) -> np.ndarray:
-        """H rows ``[start, end)``, checked where ``has`` flags them (see ``read``)."""
+        """H rows ``[start, end)``, checked where ``has`` flags them (see ``read_x``)."""
         return checked_read(self.H, (slice(start, end),), has)
 
 

@@ -33,208 +33,56 @@ What counts as a problem, and what repair does with it:
 - rows of one checkpoint hashed from other items than another checkpoint's: not repairable
   (which data is right is the user's call).
 
-Run repair while no job writes the store: it takes the store lock, which the pipeline's driver
-holds while featurising, but TRAKer processes hold it only while folding.
+Paths are built and classified by ``_layout.py`` (as every writer builds them); ``repair``
+(``_repair.py``) acts on the report. Run repair while no job writes the store: it takes the
+store lock, which the pipeline's driver holds while featurising, but TRAKer processes hold it
+only while folding.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import zarr
-
-from trak_dist.errors import StoreDamagedError, StoreStateError
+from trak_dist.errors import StoreStateError
+from trak_dist.store import _layout as layout
 from trak_dist.store._eval import EvalSet
-from trak_dist.store._integrity import (
-    CONTAINERS,
-    EVAL,
-    chunk_damage,
-    delete_chunk,
-    unreadable_metadata,
-)
-from trak_dist.store._lock import store_lock
+from trak_dist.store._integrity import chunk_damage
+from trak_dist.store._layout import CONTAINERS, EVAL, EVAL_ARRAYS, ROW_ARRAYS, TOPK_ARRAYS
+from trak_dist.store._metadata import unreadable_metadata
 from trak_dist.store._rows import RowSet
-from trak_dist.store._scores import TOPK_ARRAYS, is_leftover
-from trak_dist.store._staging import STAGED, Shadow
 from trak_dist.store._store import FeatureStore
+from trak_dist.store._verify_rows import (
+    Problem,
+    Report,
+    check_rows,
+    check_same_items,
+    children,
+    scores_using,
+)
 from trak_dist.store._zarr import array, group
-
-ROW_ARRAYS = ("X", "Q", "H", "done")
-EVAL_ARRAYS = ("masks", "margins", "done")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something wrong in the store and what repair does about it.
-
-    Attributes:
-        node: the node's path in the store (``train/0/X``).
-        what: what is wrong, for people.
-        uncommit: a damaged chunk of a row set: (row set path, chunk index); or a damaged
-            subset model of an eval set: (``eval/<exp>``, model index).
-        recommit: a chunk (subset model) whose flag is unreadable and whose data is whole:
-            (path, chunk or model index).
-        drop: node paths repair removes (the next run recomputes them).
-    """
-
-    node: str
-    what: str
-    uncommit: tuple[str, int] | None = None
-    drop: tuple[str, ...] = ()
-    recommit: tuple[str, int] | None = None
-
-    @property
-    def repairable(self) -> bool:
-        return self.uncommit is not None or self.recommit is not None or bool(self.drop)
-
-
-@dataclass
-class Report:
-    where: str
-    problems: list[Problem] = field(default_factory=list)
-    chunks_checked: int = 0
-    stray_files: list[Path] = field(default_factory=list)
-
-
-def _children(base: Path, rel: str) -> list[str]:
-    """Child nodes of ``rel``, from the file system (Zarr's listing reads their metadata)."""
-    d = base / rel
-    if not d.is_dir():
-        return []
-    return sorted(c.name for c in d.iterdir() if c.is_dir() and (c / "zarr.json").is_file())
-
-
-def _attrs(base: Path, rel: str) -> dict[str, object]:
-    try:
-        meta = json.loads((base / rel / "zarr.json").read_bytes())
-        attrs = meta.get("attributes", {})
-        return attrs if isinstance(attrs, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _scores_using(base: Path, model_id: int, exp: str | None = None) -> list[str]:
-    """Score sets (of ``exp``, or of every experiment) computed with checkpoint ``model_id``."""
-    out = []
-    for e in _children(base, "scores") if exp is None else [exp]:
-        for v in _children(base, f"scores/{e}"):
-            ids = _attrs(base, f"scores/{e}/{v}").get("model_ids")
-            if not isinstance(ids, list) or model_id in ids:
-                out.append(f"scores/{e}/{v}")
-    return out
 
 
 def _for_torn(base: Path, rel: str) -> tuple[str, ...]:
     """What to drop when the metadata of node ``rel`` is unreadable."""
-    parts = rel.split("/")
-    top = parts[0]
-    if STAGED in parts:  # one writer's shadow (or the staging area): only staged rows go
-        i = parts.index(STAGED)
-        return ("/".join(parts[: i + 2]),)
-    if len(parts) == 1:
-        return (rel, "scores") if top in ("train", "targets") else (rel,)
-    if top == "train":
-        mid = parts[1]
-        if len(parts) == 2 or (len(parts) == 3 and parts[2] in ROW_ARRAYS):
-            using = _scores_using(base, int(mid)) if mid.isdigit() else ["scores"]
-            return (f"train/{mid}", *using)
-        if parts[2] == "xtx":
-            return (f"train/{mid}/xtx", f"train/{mid}/factor")
-        return (f"train/{mid}/factor",)
-    if top == "targets":
-        exp = parts[1]
-        if len(parts) == 2:
-            return (f"targets/{exp}", f"scores/{exp}")
-        mid = parts[2]
-        using = _scores_using(base, int(mid), exp) if mid.isdigit() else [f"scores/{exp}"]
-        return (f"targets/{exp}/{mid}", *using)
-    if top == "scores":
-        return ("/".join(parts[:3]),)
-    if top == EVAL:  # the settings or a whole array are unknown: the experiment's models go
-        return ("/".join(parts[:2]),)
+    node = layout.parse(rel)
+    mid, exp = node.model_id, node.exp
+    if node.kind in ("staged", "xtx", "factors", "score_set", "eval", "scores"):
+        # one writer's shadow (only staged rows go), a reduction, or what an eval holds;
+        # a torn XᵀX takes its factorisations along
+        if node.kind == "xtx" and mid is not None:
+            return (node.path, layout.factors(mid))
+        return (node.path,)
+    if node.kind == "container":
+        return (rel, layout.SCORES) if rel in layout.ROW_GROUPS else (rel,)
+    if node.kind == "experiment":
+        return (node.path, layout.scores(str(exp)))
+    if node.kind == "rows":  # its checkpoint binding is unknown: featurised again
+        if mid is None:
+            return (node.path, layout.SCORES if node.is_train else layout.scores(str(exp)))
+        return (node.path, *scores_using(base, mid, exp))
     return ()
-
-
-def _check_rows(store: FeatureStore, rel: str, report: Report, torn: set[str]) -> None:
-    base = Path(store.where)
-    rows = RowSet(group(store.root, rel))
-    is_train = rel.startswith("train/")
-    mid = int(rel.rsplit("/", 1)[1])
-    exp = None if is_train else rel.split("/")[1]
-    derived = (
-        (f"{rel}/xtx", f"{rel}/factor", *_scores_using(base, mid))
-        if is_train
-        else tuple(_scores_using(base, mid, exp))
-    )
-    committed, unreadable = rows.commit_flags()
-    for c in np.flatnonzero(committed | unreadable).tolist():
-        report.chunks_checked += 1
-        arrays = [rows.X, rows.H] + ([rows.Q] if rows.Q is not None else [])
-        damage = []
-        for arr in arrays:
-            d = chunk_damage(arr, (c, 0) if arr.ndim == 2 else (c,))
-            if d is not None:
-                damage.append(Problem(arr.path, str(d), (rel, c), derived))
-        if not unreadable[c]:
-            report.problems += damage
-            continue
-        flag = f"{rel}/done chunk {c} (rows {_span(rows, c)}) fails its checksum"
-        if damage:  # not whole: whatever the flag said, the chunk is featurised again
-            report.problems.append(Problem(f"{rel}/done", f"{flag}; its data is not whole"))
-            # un-committed, with what may have been derived from it (if it never was committed,
-            # nothing was: reductions need every chunk)
-            report.problems += damage
-        else:
-            report.problems.append(
-                Problem(f"{rel}/done", f"{flag}; its data is whole", recommit=(rel, c))
-            )
-    _check_staged(base, rows, rel, committed, report, torn)
-
-
-def _span(rows: RowSet, c: int) -> str:
-    return f"[{c * rows.chunk_rows}, {min(rows.n, (c + 1) * rows.chunk_rows)})"
-
-
-def _spans(rows: RowSet, chunks: set[int]) -> str:
-    return ", ".join(_span(rows, c) for c in sorted(chunks))
-
-
-def _check_staged(
-    base: Path, rows: RowSet, rel: str, committed: np.ndarray, report: Report, torn: set[str]
-) -> None:
-    """Every writer's staged rows in chunks not committed yet: flags readable, flagged rows
-    present, intact and finite. A damaged shadow is dropped whole (its rows are featurised
-    again); nothing was derived from staged rows."""
-    for name in _children(base, f"{rel}/{STAGED}"):
-        path = f"{rel}/{STAGED}/{name}"
-        if any(t == path or t.startswith(path + "/") for t in torn):
-            continue  # reported with its metadata; repair drops it
-        node = group(rows.group, f"{STAGED}/{name}")
-        if "has" not in node:
-            continue  # a writer killed while creating it: never read, removed by a full fold
-        shadow = Shadow(node)
-        for c in np.flatnonzero(~committed).tolist():
-            start, end = c * rows.chunk_rows, min(rows.n, (c + 1) * rows.chunk_rows)
-            try:
-                has = shadow.rows(start, end)
-            except StoreDamagedError as e:
-                report.problems += [Problem(path, str(d), drop=(path,)) for d in e.damage]
-                break
-            if not has.any():
-                continue
-            report.chunks_checked += 1
-            arrays = [shadow.X, shadow.H] + ([shadow.Q] if shadow.Q is not None else [])
-            found = [chunk_damage(a, (c, 0) if a.ndim == 2 else (c,), has) for a in arrays]
-            problems = [Problem(path, str(d), drop=(path,)) for d in found if d]
-            if problems:
-                report.problems += problems
-                break  # the whole shadow goes: one report per shadow is enough
 
 
 def _check_reduction(
@@ -301,26 +149,29 @@ def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
         parts = rel.split("/")
         return not any("/".join(parts[: i + 1]) in torn for i in range(len(parts)))
 
-    for mid in _children(base, "train") if ok("train") else []:
-        rel = f"train/{mid}"
+    for mid in children(base, layout.TRAIN) if ok(layout.TRAIN) else []:
+        rel = f"{layout.TRAIN}/{mid}"
         if ok(rel) and not any(f"{rel}/{a}" in torn for a in ROW_ARRAYS):
             yield "rows", rel
-        if (base / rel / "xtx").is_dir() and ok(f"{rel}/xtx"):
-            yield "xtx", f"{rel}/xtx"
-        for p in _children(base, f"{rel}/factor") if ok(f"{rel}/factor") else []:
-            if ok(f"{rel}/factor/{p}"):
-                yield "factor", f"{rel}/factor/{p}"
-    for exp in _children(base, "targets") if ok("targets") else []:
-        for mid in _children(base, f"targets/{exp}") if ok(f"targets/{exp}") else []:
-            rel = f"targets/{exp}/{mid}"
+        if (base / rel / layout.XTX).is_dir() and ok(f"{rel}/{layout.XTX}"):
+            yield "xtx", f"{rel}/{layout.XTX}"
+        factors = f"{rel}/{layout.FACTOR}"
+        for p in children(base, factors) if ok(factors) else []:
+            if ok(f"{factors}/{p}"):
+                yield "factor", f"{factors}/{p}"
+    for exp in children(base, layout.TARGETS) if ok(layout.TARGETS) else []:
+        node = layout.experiment(exp)
+        for mid in children(base, node) if ok(node) else []:
+            rel = f"{node}/{mid}"
             if ok(rel) and not any(f"{rel}/{a}" in torn for a in ROW_ARRAYS):
                 yield "rows", rel
-    for exp in _children(base, "scores") if ok("scores") else []:
-        for v in _children(base, f"scores/{exp}") if ok(f"scores/{exp}") else []:
-            if ok(f"scores/{exp}/{v}"):
-                yield "scores", f"scores/{exp}/{v}"
-    for exp in _children(base, EVAL) if ok(EVAL) else []:
-        rel = f"{EVAL}/{exp}"
+    for exp in children(base, layout.SCORES) if ok(layout.SCORES) else []:
+        node = layout.scores(exp)
+        for v in children(base, node) if ok(node) else []:
+            if ok(layout.scores(exp, v)):
+                yield "scores", layout.scores(exp, v)
+    for exp in children(base, EVAL) if ok(EVAL) else []:
+        rel = layout.eval_set(exp)
         if ok(rel) and not any(f"{rel}/{a}" in torn for a in EVAL_ARRAYS):
             yield "eval", rel
 
@@ -357,120 +208,28 @@ def verify(path: str | Path) -> Report:
     train_sets: list[tuple[int, RowSet]] = []
     for kind, rel in _nodes(base, torn):
         if kind == "rows":
-            _check_rows(store, rel, report, torn)
-            if rel.startswith("train/"):
-                train_sets.append((int(rel.split("/")[1]), RowSet(group(store.root, rel))))
+            check_rows(store, rel, report, torn)
+            node = layout.parse(rel)
+            if node.is_train and node.model_id is not None:
+                train_sets.append((node.model_id, RowSet(group(store.root, rel))))
         elif kind == "xtx":
-            parent = rel.rsplit("/", 1)[0]
-            _check_reduction(store, parent, ("xtx",), (rel, f"{parent}/factor"), report)
+            mid = int(layout.parse(rel).model_id or 0)
+            parent = layout.train(mid)
+            _check_reduction(store, parent, (layout.XTX,), (rel, layout.factors(mid)), report)
         elif kind == "factor":
             _check_reduction(store, rel, ("eigenvalues", "eigenvectors"), (rel,), report)
         elif kind == "eval":
             _check_eval(store, rel, report)
-        elif is_leftover(rel.rsplit("/", 1)[1]):
+        elif layout.is_leftover(rel.rsplit("/", 1)[1]):
             report.problems.append(
                 Problem(rel, f"{rel} was left by a scoring that stopped", drop=(rel,))
             )
         else:
-            ys = tuple(f"Y/{c}" for c in _children(base, f"{rel}/Y"))
+            ys = tuple(layout.y(int(c)) for c in children(base, f"{rel}/{layout.Y}") if c.isdigit())
             _check_reduction(store, rel, ("S", *TOPK_ARRAYS, *ys), (rel,), report)
-    _check_same_items(store, train_sets, report)
+    check_same_items(store, train_sets, report)
     # only inside the store's own groups: a traker save_dir holds traker's files beside them
     report.stray_files = [
         p for name in CONTAINERS for p in (base / name).rglob("*.partial") if p.is_file()
     ]
     return report
-
-
-def _check_same_items(
-    store: FeatureStore, train_sets: list[tuple[int, RowSet]], report: Report
-) -> None:
-    ref: tuple[int, np.ndarray] | None = None
-    for c, rows in train_sets:
-        h = rows.read_hashes(slice(0, rows.n))
-        if ref is None:
-            ref = (c, h)
-            continue
-        both = (h != 0) & (ref[1] != 0)
-        diff = np.flatnonzero(both & (h != ref[1]))
-        if len(diff):
-            report.problems.append(
-                Problem(
-                    f"train/{c}",
-                    f"train/{c} and train/{ref[0]} were featurised from different items at "
-                    f"{len(diff)} rows (first: {diff[:5].tolist()}); not repairable: featurise "
-                    "every checkpoint from the same data into a new store path",
-                )
-            )
-
-
-def repair(path: str | Path) -> tuple[Report, list[str]]:
-    """Un-commit damaged chunks and drop damaged, incomplete or derived reductions; returns the
-    report it acted on and what it did."""
-    where = str(path)
-    base = Path(where)
-    with store_lock(where):
-        report = verify(where)
-        actions: list[str] = []
-        uncommit: dict[str, set[int]] = {}
-        drops: set[str] = set()
-        recommit: dict[str, set[int]] = {}
-        for p in report.problems:
-            if p.uncommit is not None:
-                uncommit.setdefault(p.uncommit[0], set()).add(p.uncommit[1])
-            if p.recommit is not None:
-                recommit.setdefault(p.recommit[0], set()).add(p.recommit[1])
-            drops.update(p.drop)
-        # drops first: a torn shadow must be gone before un-committing lists its row set's
-        for rel in sorted(drops):
-            if any(rel.startswith(d + "/") for d in drops):
-                continue  # inside something dropped whole
-            target = base / rel
-            if target.exists():
-                shutil.rmtree(target)
-                actions.append(f"dropped {rel}")
-        root = zarr.open_group(where, mode="r+")
-        for rel, chunks in sorted(uncommit.items()):
-            if any(rel == d or rel.startswith(d + "/") for d in drops):
-                continue  # the whole row set went
-            if rel.startswith(f"{EVAL}/"):
-                EvalSet(group(root, rel)).uncommit(np.array(sorted(chunks)))
-                actions.append(
-                    f"un-did {len(chunks)} subset model(s) of {rel} ({sorted(chunks)}): "
-                    "`trak-dist eval` trains them again"
-                )
-                continue
-            rows = RowSet(group(root, rel))
-            rows.uncommit_chunks(np.array(sorted(chunks)))
-            for c in chunks:
-                # the damaged bytes go too: a missing chunk reads as "not written", never as
-                # data, whoever reads it before the rerun
-                for arr in (rows.X, rows.H, *([rows.Q] if rows.Q is not None else [])):
-                    delete_chunk(arr, (c, 0) if arr.ndim == 2 else (c,))
-            actions.append(
-                f"un-committed {len(chunks)} chunk(s) of {rel} (rows {_spans(rows, chunks)})"
-            )
-        for rel, chunks in sorted(recommit.items()):
-            if any(rel == d or rel.startswith(d + "/") for d in drops):
-                continue
-            if rel.startswith(f"{EVAL}/"):
-                EvalSet(group(root, rel)).recommit(np.array(sorted(chunks)))
-                actions.append(
-                    f"rewrote the done flags of {len(chunks)} whole subset model(s) of {rel} "
-                    f"({sorted(chunks)})"
-                )
-                continue
-            rows = RowSet(group(root, rel))
-            rows.recommit_chunks(np.array(sorted(chunks)))
-            actions.append(
-                f"rewrote the commit flags of {len(chunks)} whole chunk(s) of {rel} "
-                f"(rows {_spans(rows, chunks)})"
-            )
-        for name in CONTAINERS:
-            if name != EVAL:  # made by the first `trak-dist eval`, not with the store
-                root.require_group(name)
-        for f in report.stray_files:
-            f.unlink(missing_ok=True)
-        if report.stray_files:
-            actions.append(f"removed {len(report.stray_files)} temporary file(s) of killed writes")
-    return report, actions

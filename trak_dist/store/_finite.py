@@ -1,0 +1,46 @@
+"""Non-finite features are never written: refused, naming the rows, before anything of a batch is
+written or staged."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trak_dist.errors import NonFiniteError
+
+
+def refuse_non_finite(
+    stored: np.ndarray, raw: np.ndarray, q: np.ndarray | None, rows: np.ndarray, who: str
+) -> None:
+    """Raise NonFiniteError unless every row is finite as stored (before anything is written).
+
+    Args:
+        stored: ``[B, p]`` rows in the store's dtype.
+        raw: the same rows as computed (float32), to tell overflow in float16 from NaN input.
+        q: ``[B]`` out-to-loss weights, or None.
+        rows: ``[B]`` dataset row of each.
+        who: whose rows (``RowSet.describe``).
+    """
+    # one pass over a chunk: negligible next to the gradients that produced it
+    bad_x = ~np.isfinite(stored).all(axis=1)
+    bad_q = np.zeros_like(bad_x) if q is None else ~np.isfinite(q)
+    if not (bad_x.any() or bad_q.any()):
+        return
+    bad = bad_x | bad_q
+    shown = rows[bad][:10].tolist()
+    more = " …" if int(bad.sum()) > 10 else ""
+    what = "projected gradients" if bad_x.any() else "Q (out-to-loss weights)"
+    head = (
+        f"non-finite {what} in {who}, rows {shown}{more} ({int(bad.sum())} of the {len(rows)} "
+        "being written): nothing was written or committed."
+    )
+    if bad_x.any() and np.isfinite(raw[bad_x]).all():
+        largest = float(np.abs(raw[bad_x]).max())
+        raise NonFiniteError(
+            f"{head} Their values (max |x| = {largest:.3g}) overflow the store's {stored.dtype}; "
+            "store float32 features instead (featurize.half_precision=false, or "
+            "use_half_precision=False) in a new store."
+        )
+    raise NonFiniteError(
+        f"{head} Check those samples for NaN/inf values or labels outside the model's classes, "
+        "and the checkpoint for NaN/inf weights; then rerun: committed chunks are kept."
+    )
