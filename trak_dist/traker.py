@@ -175,12 +175,12 @@ class TRAKer:
         self.store = FeatureStore.create_or_open(self.save_dir, spec, store_codec, overwrite)
         self.load_from_save_dir = bool(load_from_save_dir)
         self._mine: set[int] = set()  # checkpoints this instance loaded (load_from_save_dir=False)
-        self._writer = writer_name()  # the keys this instance stages rows under (store/_rows.py)
+        self._writer = writer_name()  # the keys this instance stages rows under (store/_fold.py)
         self._model_id: int | None = None
         self._train: RowTracker | None = None
         self._targets: RowTracker | None = None
         # row set path -> fingerprint of the checkpoint this instance featurised it with: its
-        # finalize folds only rows staged from that checkpoint (store/_rows.py)
+        # finalize folds only rows staged from that checkpoint (store/_fold.py)
         self._fingerprints: dict[str, str] = {}
 
     def _projector(self, projection: str, proj_dim: int, seed: int) -> Projector:

@@ -17,9 +17,9 @@ import textwrap
 
 import numpy as np
 import pytest
-from row_writers import P, item_hashes, row_values
 from test_store import spec
 
+from tests.fixtures.row_writers import P, item_hashes, row_values
 from trak_dist.errors import StoreDamagedError
 from trak_dist.store import FeatureStore
 from trak_dist.store import _layout as layout

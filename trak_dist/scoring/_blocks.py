@@ -1,4 +1,4 @@
-"""Block-wise scores from the store, with memory independent of n and m (invariant 5).
+"""Block-wise scores from the store, memory independent of n and m (docs/design.md, invariant 5).
 
 For checkpoint c, Φ_c X_tcᵀ = X_c K_c⁻¹ X_tcᵀ = X_c Y_cᵀ with Y_c = X_tc K_c⁻¹ (K⁻¹ is
 symmetric). Y_c ``[m, p]`` is computed once per checkpoint, target block by target block, and

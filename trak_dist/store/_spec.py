@@ -1,4 +1,5 @@
-"""What defines a store's features (invariant 4), and the fingerprints that tie it to its inputs."""
+"""What defines a store's features (docs/design.md, invariant 4), and the fingerprints that tie
+it to its inputs."""
 
 from __future__ import annotations
 
