@@ -18,9 +18,8 @@ from trak_dist.config import (
     ProjectionConfig,
     StoreConfig,
 )
-from trak_dist.distributed import Reducer, Worker
-from trak_dist.distributed._prepare import prepare
 from trak_dist.examples import digits
+from trak_dist.pipeline import InProcessExecutor, JobResult, run_pipeline
 from trak_dist.store import FeatureStore, variant_name
 
 P, LAMBDA, CHUNK = 64, 1e-2, 64
@@ -103,31 +102,7 @@ def traker_scores(save_dir: Path, checkpoints: list[Path]) -> np.ndarray:
     return np.asarray(t.finalize_scores("targets"))
 
 
-def run_in_process(cfg, reverse=False):
-    """The whole pipeline with the plain classes, in this process (``reverse``: the shards in
-    reverse order, as they may finish on several workers)."""
-    prep = prepare(cfg)
-    worker = Worker(cfg, prep.checkpoints, prep.width)
-    reducer = Reducer(cfg.store.path)
-    results = []
-    tasks = prep.train_tasks + prep.target_tasks
-    for task in reversed(tasks) if reverse else tasks:
-        result, xtx = worker.run(task)
-        results.append(result)
-        if xtx is not None:
-            reducer.add(task.model_id, task.start, task.end, xtx)
-    for mid in range(len(prep.checkpoints)):
-        reducer.finish_checkpoint(mid)
-    reducer.factorize(list(range(len(prep.checkpoints))), [prep.proj_dim])
-    s = cfg.scoring
-    reducer.score(
-        s.exp_name,
-        list(range(len(prep.checkpoints))),
-        prep.proj_dim,
-        cfg.lambda_reg,
-        s.kinv_scaling,
-        s.topk,
-        s.train_block,
-        s.target_block,
-    )
-    return prep, results
+def run_in_process(cfg: JobConfig, reverse: bool = False) -> JobResult:
+    """The whole pipeline on the in-process executor (``reverse``: the shards in reverse order,
+    as they may finish on several workers)."""
+    return run_pipeline(cfg, InProcessExecutor(reverse=reverse))
