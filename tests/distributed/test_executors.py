@@ -1,13 +1,18 @@
 """One pipeline, every executor: the in-process executor and Ray give the same store bit for bit;
 the run's results are typed; the SLURM array's reduce job (finish_from_store) scores what plain
-Workers committed."""
+Workers committed; the imports of the stages run one way."""
 
+import ast
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from pipeline import LAMBDA, P, job_scores, run_in_process, small_job, stored_features
 
+import trak_dist
 from trak_dist.errors import StoreStateError
 from trak_dist.pipeline import (
     JobResult,
@@ -100,3 +105,44 @@ def test_finish_from_store_scores_what_plain_workers_committed(tmp_path, digits_
     # XᵀX summed from the store in one block, not from shard partials: float64 rounding only
     np.testing.assert_allclose(xtx(cfg), xtx(reference), rtol=1e-12)
     np.testing.assert_allclose(s, s_ref, rtol=1e-5, atol=1e-5 * np.abs(s_ref).max())
+
+
+def imported_modules(package: Path) -> dict[str, set[str]]:
+    """Every module each source file of ``package`` imports (absolute names)."""
+    found = {}
+    for path in package.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+        found[str(path.relative_to(package.parent))] = names
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        # the stages know nothing of their executors
+        ("pipeline", ("ray", "hydra", "submitit", "trak_dist.distributed", "trak_dist.launch")),
+        # the math and the store know nothing of orchestration
+        ("scoring", ("ray", "submitit", "trak_dist.pipeline", "trak_dist.distributed")),
+        ("store", ("ray", "submitit", "trak_dist.pipeline", "trak_dist.distributed")),
+    ],
+)
+def test_imports_run_one_way(package, forbidden):
+    root = Path(trak_dist.__file__).parent / package
+    bad = {
+        (path, name)
+        for path, names in imported_modules(root).items()
+        for name in names
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    }
+    assert not bad
+
+
+def test_the_pipeline_package_loads_without_ray():
+    code = "import sys, trak_dist.pipeline; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -58,12 +58,7 @@ class TopK:
     @classmethod
     def head(cls, top: dict[str, np.ndarray], targets: int) -> TopK:
         """The first ``targets`` rows of a score set's ``read_topk()``."""
-        return cls(
-            *(
-                top[k][:targets]
-                for k in ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
-            )
-        )
+        return cls(**{f.name: top[f.name][:targets] for f in fields(cls)})
 
 
 @dataclass(frozen=True)

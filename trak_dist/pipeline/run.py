@@ -19,7 +19,7 @@ from trak_dist.config import JobConfig
 from trak_dist.pipeline.executor import Executor, InProcessExecutor, OnShard, reducer_device
 from trak_dist.pipeline.plan import prepare
 from trak_dist.pipeline.reducer import Reducer
-from trak_dist.pipeline.results import JobResult, ScoreRequest, ScoreResult
+from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult
 from trak_dist.scoring import LambdaReg
 from trak_dist.store import FeatureStore, store_lock
 
@@ -84,22 +84,8 @@ def run_pipeline(
         phases["score"] = time.perf_counter() - t3
     phases["total"] = time.perf_counter() - t0
     reused = {k: prep.rows_done[k] + feats.rows_reused[k] for k in feats.rows_reused}
-    return JobResult(
-        store=cfg.store.path,
-        exp=cfg.scoring.exp_name,
-        n=prep.n,
-        m=prep.m,
-        checkpoints=len(prep.checkpoints),
-        proj_dim=prep.width,
-        scores=scores,
-        phases=phases,
-        rows_computed=feats.rows_computed,
-        rows_reused=reused,
-        worker_restarts=feats.worker_restarts,
-        task_retries=feats.task_retries,
-        conditioning=conditioning,
-        format_version=prep.store.spec.format_version,
-    )
+    return _job_result(cfg, prep.store, len(prep.checkpoints), scores, phases, conditioning,
+                       dataclasses.replace(feats, rows_reused=reused))  # fmt: skip
 
 
 def score_variants(
@@ -130,7 +116,21 @@ def finish_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> J
         conditioning = reducer.factorize(ids, sorted({p for p, _ in variants}))
     t1 = time.perf_counter()
     scores = score_variants(cfg, reducer.score, ids, variants)
-    store: FeatureStore = reducer.store
+    phases = {"reduce": t1 - t0, "score": time.perf_counter() - t1}
+    # what the array tasks computed and reused is in their own results
+    done = FeaturizeReport(rows_computed={}, rows_reused={})
+    return _job_result(cfg, reducer.store, checkpoints, scores, phases, conditioning, done)
+
+
+def _job_result(
+    cfg: JobConfig,
+    store: FeatureStore,
+    checkpoints: int,
+    scores: list[ScoreResult],
+    phases: dict[str, float],
+    conditioning: dict[int, dict[int, float]],
+    feats: FeaturizeReport,
+) -> JobResult:
     return JobResult(
         store=cfg.store.path,
         exp=cfg.scoring.exp_name,
@@ -139,11 +139,11 @@ def finish_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> J
         checkpoints=checkpoints,
         proj_dim=store.spec.proj_dim,
         scores=scores,
-        phases={"reduce": t1 - t0, "score": time.perf_counter() - t1},
-        rows_computed={},
-        rows_reused={},
-        worker_restarts=0,
-        task_retries=0,
+        phases=phases,
+        rows_computed=feats.rows_computed,
+        rows_reused=feats.rows_reused,
+        worker_restarts=feats.worker_restarts,
+        task_retries=feats.task_retries,
         conditioning=conditioning,
         format_version=store.spec.format_version,
     )
