@@ -1,20 +1,16 @@
 """Array mode: each array task featurises its shards with the plain Worker (no Ray); a dependent
-job builds XᵀX from the store, factorises and scores. Preempted tasks are requeued and resume."""
+job runs the pipeline's reduce → factorise → score on what they committed
+(``finish_from_store``). Preempted tasks are requeued and resume."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import submitit
 
 from trak_dist.config import JobConfig
-from trak_dist.distributed import Reducer, ShardTask, Worker
-from trak_dist.distributed._state import JobResult
-from trak_dist.errors import StoreStateError
-from trak_dist.scoring import xtx_from_rows
-from trak_dist.store import FeatureStore, store_lock
+from trak_dist.pipeline import FeaturizeReport, ShardTask, Worker, finish_from_store
 
 
 def split(tasks: list[ShardTask], parts: int) -> list[list[ShardTask]]:
@@ -36,66 +32,24 @@ class ShardRunner(submitit.helpers.Checkpointable):
     def __init__(self, cfg: JobConfig, checkpoints: list[Path], width: int) -> None:
         self.cfg, self.checkpoints, self.width = cfg, checkpoints, width
 
-    def __call__(self, tasks: list[ShardTask]) -> dict[str, int]:
+    def __call__(self, tasks: list[ShardTask]) -> FeaturizeReport:
         worker = Worker(self.cfg, self.checkpoints, self.width)
-        out = {"shards": len(tasks), "rows_computed": 0, "rows_reused": 0}
+        report = FeaturizeReport()
         for task in tasks:
             result, _ = worker.run(task)  # the reduce job recomputes XᵀX from the store
-            out["rows_computed"] += result.rows_computed
-            out["rows_reused"] += result.rows_reused
-        return out
+            report.rows_computed[task.kind] += result.rows_computed
+            report.rows_reused[task.kind] += result.rows_reused
+        return report
 
 
 def reduce_and_score(
     cfg: JobConfig, proj_dim: int, checkpoints: int, report_dir: Path
 ) -> dict[str, Any]:
-    """The dependent job: XᵀX from the stored rows, factorisation, scores, report."""
+    """The dependent job: XᵀX from the stored rows, factorisation, scores; returns the report's
+    summary (``summary["report"]``: its Markdown file)."""
     from trak_dist.report import summarize, write
 
-    t0 = time.perf_counter()
-    store = FeatureStore.open(cfg.store.path)
-    n = store.spec.train_size
-    ids = list(range(checkpoints))
-    with store_lock(cfg.store.path):
-        for mid in ids:
-            rows = store.train_rows(mid)
-            missing = int((~rows.done_chunks()).sum())
-            if missing:
-                raise StoreStateError(
-                    f"model_id={mid}: {missing} chunks are not featurised; an array task failed. "
-                    "Resubmit the array: committed chunks are kept."
-                )
-            if store.read_xtx(mid) is None:
-                store.write_xtx(mid, xtx_from_rows(rows, 0, n))
-        reducer = Reducer(cfg.store.path, cfg.scoring.device)
-        reducer.factorize(ids, [proj_dim])
-    t1 = time.perf_counter()
-    s = cfg.scoring
-    score = reducer.score(
-        s.exp_name,
-        ids,
-        proj_dim,
-        cfg.lambda_reg,
-        s.kinv_scaling,
-        s.topk,
-        s.train_block,
-        s.target_block,
-    )
-    result = JobResult(
-        store=cfg.store.path,
-        exp=s.exp_name,
-        n=n,
-        m=store.num_targets(s.exp_name),
-        checkpoints=checkpoints,
-        proj_dim=store.spec.proj_dim,
-        scores=[score],
-        phases={"reduce": t1 - t0, "score": time.perf_counter() - t1},
-        rows_computed={},
-        rows_reused={},
-        worker_restarts=0,
-        task_retries=0,
-        conditioning={},
-    )
+    result = finish_from_store(cfg, checkpoints, [(proj_dim, cfg.lambda_reg)])
     summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
     report_dir.mkdir(parents=True, exist_ok=True)
     md, _ = write(summary, report_dir / (cfg.report or "trak_report"))

@@ -28,8 +28,8 @@ import submitit
 from trak_dist import failures
 from trak_dist._compose import compose_job
 from trak_dist.config import JobConfig
-from trak_dist.distributed._prepare import prepare
 from trak_dist.errors import ConfigError, WorkerFailedError
+from trak_dist.pipeline import prepare
 from trak_dist.store import store_lock
 
 # relative: this package is `launch` in a checkout and `trak_dist.launch` once installed

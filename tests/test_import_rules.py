@@ -81,19 +81,12 @@ RULES = [
         ("hydra", "omegaconf"),
         exempt=("trak_dist.cli", "trak_dist._compose"),
     ),
-    # the pipeline's Ray executor joins the exemptions when it lands
+    Rule("only the Ray executor imports Ray", ("*",), ("ray",), exempt=("trak_dist.distributed",)),
     Rule(
-        "only the Ray driver side imports Ray", ("*",), ("ray",), exempt=("trak_dist.distributed",)
-    ),
-    Rule(
-        "worker and reducer logic is plain classes: Ray only wraps them",
-        (
-            "trak_dist.distributed.worker",
-            "trak_dist.distributed.reducer",
-            "trak_dist.distributed._tasks",
-            "trak_dist.distributed._prepare",
-        ),
-        ("ray",),
+        "the pipeline (stages, Worker and Reducer as plain classes) is backend-neutral: Ray, "
+        "SLURM and the CLI only run it",
+        ("trak_dist.pipeline",),
+        tuple(m for m in ORCHESTRATION if m != "trak_dist.pipeline"),
     ),
 ]
 

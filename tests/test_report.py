@@ -11,8 +11,8 @@ from torch.utils.data import TensorDataset
 
 from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.cli import SweepSummary
-from trak_dist.distributed import JobResult, Reducer
 from trak_dist.lds import store_lds
+from trak_dist.pipeline import JobResult, Reducer, ScoreRequest
 from trak_dist.report import summarize, to_markdown
 from trak_dist.store import FeatureStore
 from trak_dist.store._scores import ScoreSet
@@ -37,7 +37,10 @@ def scored(store_path):
         target.commit(0, M)
     reducer = Reducer(str(store_path))
     reducer.factorize([0, 1], [P])
-    variants = [reducer.score("t", [0, 1], P, lam, "mean_abs", 4, 64, 64) for lam in ("auto", 0.5)]
+    variants = [
+        reducer.score(ScoreRequest("t", (0, 1), P, lam, "mean_abs", 4, 64, 64))
+        for lam in ("auto", 0.5)
+    ]
     result = JobResult(
         store=str(store_path),
         exp="t",
@@ -52,6 +55,7 @@ def scored(store_path):
         worker_restarts=0,
         task_retries=0,
         conditioning={},
+        format_version=store.spec.format_version,
     )
     labels = torch.arange(N) % CLASSES
     train = TensorDataset(torch.zeros(N, 1), labels)

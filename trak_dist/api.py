@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,7 +41,10 @@ from trak_dist.config import (
     TaskConfig,
 )
 from trak_dist.errors import StoreStateError
-from trak_dist.store import FeatureStore, variant_name
+from trak_dist.store import FeatureStore
+
+if TYPE_CHECKING:
+    from trak_dist.pipeline import JobResult
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class Attribution:
     store: str
     exp: str
     variant: str
-    job: Any  # the driver's JobResult (timings, reuse counts)
+    job: JobResult  # the run's timings, reuse counts and per-variant results
 
     def _scores(self) -> Any:
         sset = FeatureStore.open(self.store, mode="r").score_set(self.exp, self.variant)
@@ -138,5 +141,4 @@ def run(
     from trak_dist.distributed.driver import run_job  # imports Ray: only when running
 
     result = run_job(cfg)
-    variant = variant_name(result.scores[0]["proj_dim"], cfg.lambda_reg, cfg.scoring.kinv_scaling)
-    return Attribution(cfg.store.path, cfg.scoring.exp_name, variant, result)
+    return Attribution(cfg.store.path, cfg.scoring.exp_name, result.scores[0].variant, result)

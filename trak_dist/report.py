@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from trak_dist._version import __version__
-from trak_dist.distributed._state import JobResult
 from trak_dist.errors import StoreStateError
+from trak_dist.pipeline import JobResult
 from trak_dist.scoring import AUTO, auto_rule
 from trak_dist.sources import build_dataset
 from trak_dist.store import FeatureStore
@@ -38,14 +38,15 @@ def _chance(train: Any, targets: Any, shown: int, sample: int = 5000) -> float:
     return float(np.mean([np.mean(labels == _label(targets, t)) for t in range(shown)]))
 
 
-def _lds(store: FeatureStore, exp: str, variant: str) -> dict[str, Any]:
+def _lds(store: str, exp: str, variant: str) -> dict[str, Any]:
     """``{"lds": {...}}`` when the store has subset models for ``exp``, else ``{}``."""
     from trak_dist.lds import store_lds  # scipy: only when there is something to measure
 
-    if store.eval_set(exp) is None:
+    opened = FeatureStore.open(store, mode="r")
+    if opened.eval_set(exp) is None:
         return {}
     try:
-        (row,) = store_lds(store, exp, [variant])
+        (row,) = store_lds(opened, exp, [variant])
     except StoreStateError as e:  # e.g. an eval killed before 3 models finished
         return {"lds_error": str(e)}
     return {"lds": row.result.to_json()}
@@ -58,12 +59,15 @@ def summarize(
     data_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A JSON-able summary of ``result``; with the datasets, labels of targets and proponents
-    and the share of top-k proponents that have their target's label."""
-    store = FeatureStore.open(result.store, mode="r")
+    and the share of top-k proponents that have their target's label.
+
+    Everything but the LDS comes from ``result`` (the top-k of the first targets included); the
+    store is opened only to look for ``trak-dist eval``'s subset models.
+    """
     out: dict[str, Any] = {
         "trak_dist_version": __version__,
         "store": str(Path(result.store).resolve()),
-        "store_format_version": store.spec.format_version,
+        "store_format_version": result.format_version,
         "exp": result.exp,
         "n": result.n,
         "m": result.m,
@@ -81,33 +85,34 @@ def summarize(
         train = build_dataset(train_ref, data_kwargs or {}, "data.train")
         targets = build_dataset(target_ref, data_kwargs or {}, "data.targets")
     for v in result.scores:
-        sset = store.score_set(result.exp, v["variant"])
-        assert sset is not None  # the driver just wrote it
-        top = sset.read_topk()
-        entry = {
-            **{k: v[k] for k in ("variant", "proj_dim", "lambda_reg", "path")},
-            "lambdas": [float(f"{x:.4g}") for x in v.get("lambdas", [])],
-            "seconds": round(v["seconds"], 3),
+        top = v.top
+        entry: dict[str, Any] = {
+            "variant": v.variant,
+            "proj_dim": v.proj_dim,
+            "lambda_reg": v.lambda_reg,
+            "path": v.path,
+            "lambdas": [float(f"{x:.4g}") for x in v.lambdas],
+            "seconds": round(v.seconds, 3),
             "examples": [],
         }
-        entry.update(_lds(store, result.exp, v["variant"]))
+        entry.update(_lds(result.store, result.exp, v.variant))
         for t in range(min(SHOW_TARGETS, result.m)):
             ex: dict[str, Any] = {
                 "target": t,
-                "proponents": top["proponents_idx"][t, :5].tolist(),
-                "proponent_scores": [float(f"{s:.4g}") for s in top["proponents_val"][t, :5]],
-                "opponents": top["opponents_idx"][t, :5].tolist(),
+                "proponents": top.proponents_idx[t, :5].tolist(),
+                "proponent_scores": [float(f"{s:.4g}") for s in top.proponents_val[t, :5]],
+                "opponents": top.opponents_idx[t, :5].tolist(),
             }
             if train is not None and targets is not None:
                 ex["target_label"] = _label(targets, t)
                 ex["proponent_labels"] = [_label(train, i) for i in ex["proponents"]]
             entry["examples"].append(ex)
         if train is not None and targets is not None and _label(targets, 0) is not None:
-            shown = min(AGREEMENT_TARGETS, result.m)
+            shown = min(AGREEMENT_TARGETS, result.m, len(top.proponents_idx))
             same = [
                 _label(train, i) == _label(targets, t)
                 for t in range(shown)
-                for i in top["proponents_idx"][t]
+                for i in top.proponents_idx[t]
             ]
             entry["proponent_label_agreement"] = round(float(np.mean(same)), 4)
             entry["label_agreement_chance"] = round(_chance(train, targets, shown), 4)

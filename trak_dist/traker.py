@@ -41,8 +41,9 @@ from trak_dist.errors import (
 )
 from trak_dist.gradients import GradientComputer, ParamLayout, kronecker_views
 from trak_dist.gradients import make_computer as engine_computer
+from trak_dist.pipeline import Reducer, ScoreRequest
 from trak_dist.projection import ProjectionKind, Projector, make_projector
-from trak_dist.scoring import compute_scores, ensure_factor, parse_lambda, xtx_from_rows
+from trak_dist.scoring import parse_lambda
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -173,6 +174,7 @@ class TRAKer:
         )
         self.save_dir = Path(save_dir).resolve()
         self.store = FeatureStore.create_or_open(self.save_dir, spec, store_codec, overwrite)
+        self.reducer = Reducer(self.store, self.device)
         self.load_from_save_dir = bool(load_from_save_dir)
         self._mine: set[int] = set()  # checkpoints this instance loaded (load_from_save_dir=False)
         self._writer = writer_name()  # the keys this instance stages rows under (store/_fold.py)
@@ -306,10 +308,9 @@ class TRAKer:
                     "train examples",
                     self._fingerprints.get(rows.group.path),
                 )
-                if self.store.read_xtx(model_id) is None:
-                    xtx = xtx_from_rows(rows, 0, rows.n, device=self.device)
-                    self.store.write_xtx(model_id, xtx)
-                ensure_factor(self.store, model_id, self.proj_dim, self.device)
+                # the pipeline's reduce and factorise steps, in this process
+                self.reducer.reduce_stored(model_id)
+                self.reducer.factorize([model_id], [self.proj_dim])
         if self._train is not None:
             self._train.cursor = 0  # as traker
 
@@ -367,16 +368,12 @@ class TRAKer:
         if not ready:
             raise StoreStateError(f"no checkpoints to score experiment {exp_name!r} with.")
         self.finalize_features(ready)
-        sset = compute_scores(
-            self.store,
-            exp_name,
-            ready,
-            self.proj_dim,
-            self.lambda_reg,
-            self.kinv_scaling,
-            self.topk,
-            device=self.device,
+        request = ScoreRequest(
+            exp_name, tuple(ready), self.proj_dim, self.lambda_reg, self.kinv_scaling, self.topk
         )
+        sset = self.store.score_set(exp_name, self.reducer.score(request).variant)
+        if sset is None:  # just written: only a concurrent overwrite removes it
+            raise StoreStateError(f"the scores of {exp_name!r} vanished from {self.save_dir}.")
         if self._targets is not None:
             self._targets.cursor = 0  # as traker
         self.scores = sset.scores()

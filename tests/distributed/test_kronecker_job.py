@@ -10,8 +10,9 @@ import pytest
 import trak_dist
 from tests.fixtures.pipeline import WIDE, kron_job, run_in_process, stored_features
 from tests.fixtures.synthetic import synthetic_spec
-from trak_dist.distributed import Reducer, run_job
+from trak_dist.distributed import run_job
 from trak_dist.examples import digits
+from trak_dist.pipeline import Reducer
 from trak_dist.store import FeatureStore
 
 

@@ -13,8 +13,8 @@ from torch import nn
 from tests.fixtures.pipeline import kron_job, small_job
 from trak_dist.config import ClusterConfig, FeaturizeConfig, ModelConfig, ProjectionConfig
 from trak_dist.distributed import run_job
-from trak_dist.distributed._prepare import check_combination
 from trak_dist.errors import ConfigError
+from trak_dist.pipeline import check_combination
 from trak_dist.projection import make_projector
 from trak_dist.sources import build_model
 from trak_dist.tasks import resolve_task

@@ -1,5 +1,5 @@
 from trak_dist.distributed._queue import TaskQueue
-from trak_dist.distributed._tasks import ShardTask
+from trak_dist.pipeline import ShardTask
 
 
 def tasks(model_id, n):

@@ -3,8 +3,7 @@
 import numpy as np
 
 from tests.fixtures.pipeline import job_scores, run_in_process, small_job, traker_scores
-from trak_dist.distributed import Worker
-from trak_dist.distributed._prepare import prepare
+from trak_dist.pipeline import Worker, prepare
 from trak_dist.scoring import gram
 
 

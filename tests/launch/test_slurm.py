@@ -53,7 +53,7 @@ def test_array_mode_reduces_after_its_tasks(
     assert len(jobs) == 2
     summary = reduce.result()
     results = [j.result() for j in jobs]
-    assert sum(r["rows_computed"] for r in results) == 2 * (1500 + 297)
+    assert sum(sum(r.rows_computed.values()) for r in results) == 2 * (1500 + 297)
     assert Path(summary["report"]).is_file()
     close(job_scores(cfg), reference)
 
@@ -69,7 +69,7 @@ def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_fact
     cfg = kron_job(tmp_path / "s.zarr", checkpoints)
     jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
     reduce.result()
-    assert sum(j.result()["rows_computed"] for j in jobs) == 1500 + 297
+    assert sum(sum(j.result().rows_computed.values()) for j in jobs) == 1500 + 297
     x, s = stored_features(cfg)
     x_ref, s_ref = stored_features(reference)
     np.testing.assert_array_equal(x, x_ref)

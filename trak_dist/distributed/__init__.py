@@ -1,16 +1,17 @@
-"""Distributed featurisation and scoring: plain Worker/Reducer classes, a Ray driver."""
+"""The Ray executor of the pipeline (``trak_dist.pipeline``): worker and reducer actors, the
+driver loop, its retry policy and Ctrl-C handling. The eval driver runs subset models on Ray.
 
-from trak_dist.distributed._state import JobResult
-from trak_dist.distributed._tasks import ShardResult, ShardTask
-from trak_dist.distributed.reducer import Reducer
-from trak_dist.distributed.worker import Worker
+The plain classes are re-exported from ``trak_dist.pipeline``, where they live.
+"""
 
-__all__ = ["JobResult", "Reducer", "ShardResult", "ShardTask", "Worker", "run_job"]
+from trak_dist.pipeline import JobResult, Reducer, ShardResult, ShardTask, Worker
+
+__all__ = ["JobResult", "RayExecutor", "Reducer", "ShardResult", "ShardTask", "Worker", "run_job"]
 
 
 def __getattr__(name: str) -> object:
     # the driver imports Ray; load it only when asked for, so the plain classes stay Ray-free
-    if name == "run_job":
+    if name in ("run_job", "RayExecutor"):
         from trak_dist.distributed import driver
 
         return getattr(driver, name)

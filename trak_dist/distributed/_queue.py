@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from trak_dist.distributed._tasks import ShardTask
+from trak_dist.pipeline import ShardTask
 
 
 class TaskQueue:

@@ -14,9 +14,8 @@ import ray
 from ray._private import ray_constants
 
 from trak_dist.config import ClusterConfig, JobConfig
-from trak_dist.distributed.reducer import Reducer
-from trak_dist.distributed.worker import Worker
 from trak_dist.errors import ConfigError
+from trak_dist.pipeline import Reducer, Worker, reducer_device
 
 logger = logging.getLogger(__name__)
 
@@ -159,9 +158,8 @@ def start_worker(cfg: JobConfig, checkpoints: Sequence[Path], width: int) -> Any
 
 def start_reducer(cfg: JobConfig) -> Any:
     # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot
-    device = "cuda" if cfg.cluster.reducer_gpus > 0 else cfg.scoring.device
     return RemoteReducer.options(num_cpus=0, num_gpus=cfg.cluster.reducer_gpus).remote(
-        cfg.store.path, device
+        cfg.store.path, reducer_device(cfg)
     )
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import torch
 
-from trak_dist.errors import TrakDistError
-from trak_dist.scoring import LambdaReg, compute_scores, ensure_factor
+from trak_dist.errors import StoreStateError, TrakDistError
+from trak_dist.pipeline.results import PREVIEW_TARGETS, ScoreRequest, ScoreResult, TopK
+from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
 from trak_dist.store import FeatureStore
 
 
@@ -25,8 +25,8 @@ class Reducer:
     bits for 1 or 8 workers (it differs only for an entry that close to a rounding midpoint).
     """
 
-    def __init__(self, store_path: str, device: str = "cpu") -> None:
-        self.store = FeatureStore.open(store_path)
+    def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
+        self.store = store if isinstance(store, FeatureStore) else FeatureStore.open(store)
         self.device = torch.device(device)
         self._sums: dict[int, np.ndarray] = {}
         self._errors: dict[int, np.ndarray] = {}
@@ -78,37 +78,45 @@ class Reducer:
                 conds.setdefault(model_id, {})[p] = top / low if low > 0 else float("inf")
         return conds
 
-    def score(
-        self,
-        exp: str,
-        model_ids: list[int],
-        proj_dim: int,
-        lambda_reg: LambdaReg,
-        kinv_scaling: str,
-        topk: int,
-        train_block: int,
-        target_block: int,
-    ) -> dict[str, Any]:
-        """Score experiment ``exp`` for one (proj_dim, λ) variant into the store."""
+    def reduce_stored(self, model_id: int) -> None:
+        """Write XᵀX of ``model_id`` from its committed rows, unless the store has it: the
+        reduce step for features written without streaming partials (SLURM array tasks, the
+        TRAKer API)."""
+        rows = self.store.train_rows(model_id)
+        missing = int((~rows.done_chunks()).sum())
+        if missing:
+            raise StoreStateError(
+                f"model_id={model_id}: {missing} chunks of train rows are not featurised; an "
+                "array task (or a featurize call) did not finish. Resubmit the array (or "
+                "featurise those rows): committed chunks are kept."
+            )
+        if self.store.read_xtx(model_id) is None:
+            self.store.write_xtx(model_id, xtx_from_rows(rows, 0, rows.n, device=self.device))
+
+    def score(self, request: ScoreRequest) -> ScoreResult:
+        """Score one variant into the store."""
         t0 = time.perf_counter()
+        r = request
         sset = compute_scores(
             self.store,
-            exp,
-            model_ids,
-            proj_dim,
-            lambda_reg,
-            kinv_scaling,
-            topk,
-            train_block,
-            target_block,
+            r.exp,
+            list(r.model_ids),
+            r.proj_dim,
+            r.lambda_reg,
+            r.kinv_scaling,
+            r.topk,
+            r.train_block,
+            r.target_block,
             device=self.device,
         )
-        return {
-            "exp": exp,
-            "variant": sset.group.basename,
-            "proj_dim": proj_dim,
-            "lambda_reg": lambda_reg,
-            "lambdas": list(sset.attrs.get("lambdas", [])),
-            "seconds": time.perf_counter() - t0,
-            "path": f"{self.store.where}/scores/{exp}/{sset.group.basename}",
-        }
+        name = sset.group.basename
+        return ScoreResult(
+            exp=r.exp,
+            variant=name,
+            proj_dim=r.proj_dim,
+            lambda_reg=r.lambda_reg,
+            lambdas=tuple(float(x) for x in sset.attrs.get("lambdas", [])),
+            seconds=time.perf_counter() - t0,
+            path=f"{self.store.where}/scores/{r.exp}/{name}",
+            top=TopK.head(sset.read_topk(), PREVIEW_TARGETS),
+        )

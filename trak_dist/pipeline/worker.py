@@ -13,10 +13,10 @@ import numpy as np
 import torch
 
 from trak_dist.config import JobConfig
-from trak_dist.distributed._tasks import ShardResult, ShardTask
 from trak_dist.errors import LabelError, StoreDamagedError
 from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
+from trak_dist.pipeline._tasks import ShardResult, ShardTask
 from trak_dist.scoring import gram
 from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
 from trak_dist.store import FeatureStore, RowSet, file_fingerprint, row_hashes

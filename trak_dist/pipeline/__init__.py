@@ -1,0 +1,44 @@
+"""The pipeline, written once: plan → featurise shards → reduce XᵀX → factorise → score.
+
+Stages are plain classes (``Worker``, ``Reducer``) and functions (``prepare``,
+``run_pipeline``, ``finish_from_store``) with typed results; an ``Executor`` decides only where
+tasks run. This package never imports Ray, Hydra or submitit: the Ray executor is
+``trak_dist.distributed``, the SLURM array launcher is ``trak_dist.launch``.
+"""
+
+from trak_dist.pipeline._tasks import ShardResult, ShardTask, auto_shard_rows, shard_plan
+from trak_dist.pipeline.executor import Executor, InProcessExecutor, reducer_device
+from trak_dist.pipeline.plan import Prepared, check_combination, prepare
+from trak_dist.pipeline.reducer import Reducer
+from trak_dist.pipeline.results import (
+    FeaturizeReport,
+    JobResult,
+    ScoreRequest,
+    ScoreResult,
+    TopK,
+)
+from trak_dist.pipeline.run import absolute_store, finish_from_store, run_pipeline
+from trak_dist.pipeline.worker import Worker
+
+__all__ = [
+    "Executor",
+    "FeaturizeReport",
+    "InProcessExecutor",
+    "JobResult",
+    "Prepared",
+    "Reducer",
+    "ScoreRequest",
+    "ScoreResult",
+    "ShardResult",
+    "ShardTask",
+    "TopK",
+    "Worker",
+    "absolute_store",
+    "auto_shard_rows",
+    "check_combination",
+    "finish_from_store",
+    "prepare",
+    "reducer_device",
+    "run_pipeline",
+    "shard_plan",
+]
