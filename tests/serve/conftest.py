@@ -1,0 +1,66 @@
+"""A real batch job on the digits example (Ray, ``trak_dist.api.run``) whose store the service
+tests serve, and its stored scores, the reference every reply must equal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+P = 128  # < n = 1500: λ = auto matters; the store is float16 (the default)
+DIGITS = "trak_dist.examples.digits"
+
+
+@dataclass(frozen=True)
+class DigitsJob:
+    store: str
+    checkpoints: list[str]
+    scores: np.ndarray  # [n, m] the batch job's score_set(...).scores()
+    topk: dict[str, np.ndarray]
+    lambdas: list[float]
+
+
+@pytest.fixture(scope="session")
+def digits_job(
+    ray_session, tmp_path_factory: pytest.TempPathFactory, digits_checkpoints: list[Path]
+) -> DigitsJob:
+    import trak_dist.api
+    from trak_dist.config import ScoringConfig
+    from trak_dist.store import FeatureStore
+
+    store = str(tmp_path_factory.mktemp("serve") / "store.zarr")
+    ckpts = [str(c) for c in digits_checkpoints]
+    result = trak_dist.api.run(
+        model=f"{DIGITS}:make_model",
+        checkpoints=ckpts,
+        train=f"{DIGITS}:train_set",
+        targets=f"{DIGITS}:target_set",
+        store=store,
+        proj_dim=P,
+        lambda_reg="auto",
+        scoring=ScoringConfig(topk=10),
+        progress=False,
+        report=None,
+    )
+    sset = FeatureStore.open(store, mode="r").score_set(result.exp, result.variant)
+    assert sset is not None
+    return DigitsJob(
+        store, ckpts, sset.scores(), sset.read_topk(), list(sset.attrs["lambdas"])
+    )
+
+
+def serve_job(job: DigitsJob, **serve: object):  # -> JobConfig
+    """The JobConfig `trak-dist serve` composes for ``job``'s store (digits data, defaults)."""
+    from trak_dist.config import JobConfig, ModelConfig, ServeConfig, StoreConfig
+
+    return JobConfig(
+        proj_dim=P,
+        lambda_reg="auto",
+        model=ModelConfig(checkpoints=job.checkpoints),
+        store=StoreConfig(path=job.store),
+        serve=ServeConfig(**serve),  # type: ignore[arg-type]
+        progress=False,
+        report=None,
+    )
