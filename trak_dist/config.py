@@ -282,7 +282,12 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         _positive(
-            self, "num_replicas", "max_targets", "max_k", "max_body_bytes", "max_batch_size",
+            self,
+            "num_replicas",
+            "max_targets",
+            "max_k",
+            "max_body_bytes",
+            "max_batch_size",
             "block_rows",
         )
         _one_of(self, "index_dtype", ("float32", "float16"))

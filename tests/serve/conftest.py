@@ -46,9 +46,7 @@ def digits_job(
     )
     sset = FeatureStore.open(store, mode="r").score_set(result.exp, result.variant)
     assert sset is not None
-    return DigitsJob(
-        store, ckpts, sset.scores(), sset.read_topk(), list(sset.attrs["lambdas"])
-    )
+    return DigitsJob(store, ckpts, sset.scores(), sset.read_topk(), list(sset.attrs["lambdas"]))
 
 
 def serve_job(job: DigitsJob, **serve: object):  # -> JobConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import P, DigitsJob, serve_job
+from conftest import DigitsJob, P, serve_job
 
 from trak_dist.errors import ConfigError
 from trak_dist.examples import digits
@@ -40,7 +40,9 @@ def test_index_from_stored_targets_equals_stored_scores(digits_job: DigitsJob) -
     store = FeatureStore.open(digits_job.store, mode="r")
     ids = [0, 1]
     for dtype in ("float32", "float16"):
-        index = AttributionIndex.from_store(store, ids, P, "auto", "mean_abs", dtype, block_rows=500)
+        index = AttributionIndex.from_store(
+            store, ids, P, "auto", "mean_abs", dtype, block_rows=500
+        )
         assert index.lambdas == pytest.approx(digits_job.lambdas, rel=1e-12)
         m = store.num_targets("targets")
         xt = [store.target_rows("targets", c).read(0, m, P) for c in ids]
@@ -60,7 +62,9 @@ def test_index_memory_mapped(digits_job: DigitsJob, tmp_path) -> None:
     assert len(list(tmp_path.glob("*.npy"))) == 1  # the second one reused the file
     xt = [store.target_rows("targets", c).read(0, 20, P) for c in (0, 1)]
     got = again.scores(again.target_side(xt)).numpy()
-    np.testing.assert_allclose(got, digits_job.scores[:, :20], rtol=1e-5, atol=1e-6 * np.abs(got).max())
+    np.testing.assert_allclose(
+        got, digits_job.scores[:, :20], rtol=1e-5, atol=1e-6 * np.abs(got).max()
+    )
 
 
 def test_index_refuses_bad_settings(digits_job: DigitsJob) -> None:

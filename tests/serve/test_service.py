@@ -83,7 +83,9 @@ def test_replies_equal_the_batch_job(service: str, digits_job: DigitsJob) -> Non
         scale = np.abs(digits_job.scores).max()
         np.testing.assert_allclose(val, stored_val, rtol=1e-5, atol=1e-6 * scale)
         np.testing.assert_allclose(
-            val, np.take_along_axis(digits_job.scores[:, picks].T, idx, 1), rtol=1e-5,
+            val,
+            np.take_along_axis(digits_job.scores[:, picks].T, idx, 1),
+            rtol=1e-5,
             atol=1e-6 * scale,
         )
         np.testing.assert_array_equal(idx, digits_job.topk[f"{kind}_idx"][picks])
@@ -99,8 +101,10 @@ def test_concurrent_requests_are_batched_and_answered_each(
         assert [p[0] for p in r["proponents"]] == digits_job.topk["proponents_idx"][i, :3].tolist()
         assert [p[0] for p in r["opponents"]] == digits_job.topk["opponents_idx"][i, :3].tolist()
         np.testing.assert_allclose(
-            [p[1] for p in r["proponents"]], digits_job.topk["proponents_val"][i, :3],
-            rtol=1e-4, atol=1e-4 * np.abs(digits_job.scores).max(),
+            [p[1] for p in r["proponents"]],
+            digits_job.topk["proponents_val"][i, :3],
+            rtol=1e-4,
+            atol=1e-4 * np.abs(digits_job.scores).max(),
         )
 
 
@@ -130,7 +134,9 @@ def test_token_bad_input_and_still_serving(service: str) -> None:
     _refused(service, {"targets": [[x, y]] * 71, "k": 1}, 413, "serve.max_targets=70")
     _refused(service, None, 413, "serve.max_body_bytes", raw=b" " * (MAX_BODY + 1))
     _refused(service, None, 400, "not JSON", raw=b"{targets: ")
-    _refused(service, None, 400, "NaN", raw=json.dumps({"targets": [[[float("nan")] * 64, y]]}).encode())
+    _refused(
+        service, None, 400, "NaN", raw=json.dumps({"targets": [[[float("nan")] * 64, y]]}).encode()
+    )
     assert _raw(service, "/attribute", None, method="GET")[0] == 405
     assert _raw(service, "/nowhere", None)[0] == 404
     assert _raw(service, "/train/100000", None)[0] == 404

@@ -43,8 +43,8 @@ class AttributionService:
         self.attributor = Attributor(cfg)
         self.token = token
         self.max_body = cfg.serve.max_body_bytes
-        self._batched.set_max_batch_size(cfg.serve.max_batch_size)
-        self._batched.set_batch_wait_timeout_s(cfg.serve.batch_wait_s)
+        self._batched.set_max_batch_size(cfg.serve.max_batch_size)  # type: ignore[attr-defined]
+        self._batched.set_batch_wait_timeout_s(cfg.serve.batch_wait_s)  # type: ignore[attr-defined]
         self.page = resources.files("trak_dist.serve").joinpath("page.html").read_text()
         self.info = {
             "train_size": self.attributor.index.train_size,
@@ -64,7 +64,9 @@ class AttributionService:
         if path == "/" and method == "GET":  # static, no data: the page asks for the token
             return HTMLResponse(self.page)
         if not self._authorized(request):
-            return _error(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'.")
+            return _error(
+                401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'."
+            )
         if path == "/info" and method == "GET":
             return JSONResponse(self.info)
         if path.startswith("/train/") and method == "GET":
@@ -73,7 +75,9 @@ class AttributionService:
             if method != "POST":
                 return _error(405, f"{method} /attribute; use POST with a JSON body.")
             return await self._attribute(request)
-        return _error(404, f"no route {method} {path}; routes: POST /attribute, GET /health, GET /.")
+        return _error(
+            404, f"no route {method} {path}; routes: POST /attribute, GET /health, GET /."
+        )
 
     def _authorized(self, request: Request) -> bool:
         if self.token is None:
@@ -92,8 +96,9 @@ class AttributionService:
     async def _attribute(self, request: Request) -> Response:
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
-            return _error(413, f"body of {declared} bytes; at most serve.max_body_bytes="
-                          f"{self.max_body}.")
+            return _error(
+                413, f"body of {declared} bytes; at most serve.max_body_bytes={self.max_body}."
+            )
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -127,9 +132,11 @@ class AttributionService:
             return [self._answer([q])[0] for q in queries]
         out, start = [], 0
         for targets, k in queries:
-            out.append([
-                {kind: pairs[:k] for kind, pairs in r.items()}
-                for r in results[start : start + len(targets)]
-            ])
+            out.append(
+                [
+                    {kind: pairs[:k] for kind, pairs in r.items()}
+                    for r in results[start : start + len(targets)]
+                ]
+            )
             start += len(targets)
         return out

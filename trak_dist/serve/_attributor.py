@@ -83,7 +83,9 @@ class Attributor:
             self.index.lambdas,
         )
 
-    def _featurizer(self, cfg: JobConfig, store: FeatureStore, model_id: int, path: Any) -> Featurizer:
+    def _featurizer(
+        self, cfg: JobConfig, store: FeatureStore, model_id: int, path: Any
+    ) -> Featurizer:
         model = build_model(cfg.model.factory, cfg.model.kwargs)
         task = resolve_task(cfg.task.name, **cfg.task.kwargs)
         computer = make_computer(

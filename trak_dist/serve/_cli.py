@@ -40,10 +40,14 @@ def main(argv: list[str]) -> int:
             from trak_dist.serve._service import start, stop
 
             url = start(cfg)
-            print(f"trak-dist serve: ready at {url} (POST {url}attribute; Ctrl-C stops)", flush=True)
+            print(
+                f"trak-dist serve: ready at {url} (POST {url}attribute; Ctrl-C stops)", flush=True
+            )
             try:
                 while True:
                     time.sleep(3600)
+            except KeyboardInterrupt:
+                print("trak-dist serve: stopping", flush=True)
             finally:
                 stop()
     except SystemExit as e:

@@ -73,8 +73,10 @@ class RequestParser:
     def parse(self, body: Any) -> Query:
         """Raises BadRequest naming the first thing wrong."""
         if not isinstance(body, dict):
-            raise BadRequest(f"the body is a JSON {type(body).__name__}; expected an object "
-                             '{"targets": [...], "k": 10}.')
+            raise BadRequest(
+                f"the body is a JSON {type(body).__name__}; expected an object "
+                '{"targets": [...], "k": 10}.'
+            )
         unknown = sorted(set(body) - set(FIELDS))
         if unknown:
             raise BadRequest(f"unknown field(s) {unknown}; expected only {list(FIELDS)}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
@@ -90,9 +91,9 @@ def start(cfg: JobConfig) -> str:
     check_servable(cfg)
     if not ray.is_initialized():
         if cfg.cluster.kind == "local":
-            ray.init(include_dashboard=False, logging_level="ERROR")
+            ray.init(include_dashboard=False, logging_level=logging.ERROR)
         else:
-            ray.init(address=cfg.cluster.address or "auto", logging_level="ERROR")
+            ray.init(address=cfg.cluster.address or "auto", logging_level=logging.ERROR)
     serve.start(http_options={"host": sv.host, "port": sv.port})
     app = AttributionService.options(  # type: ignore[attr-defined]
         num_replicas=sv.num_replicas,

@@ -41,7 +41,9 @@ def request(
         ServiceError: a 4xx/5xx reply (its ``{"error": ...}`` line as the message).
     """
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url.rstrip("/") + path, data=data, method="GET" if data is None else "POST")
+    req = urllib.request.Request(
+        url.rstrip("/") + path, data=data, method="GET" if data is None else "POST"
+    )
     if data is not None:
         req.add_header("Content-Type", "application/json")
     if token is not None:
