@@ -3,6 +3,7 @@ tests serve, and its stored scores, the reference every reply must equal."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 P = 128  # < n = 1500: λ = auto matters; the store is float16 (the default)
 DIGITS = "trak_dist.examples.digits"
+TOKEN = "test-token-0123456789abcdef"
+MAX_BODY = 200_000
 
 
 @dataclass(frozen=True)
@@ -62,3 +65,30 @@ def serve_job(job: DigitsJob, **serve: object):  # -> JobConfig
         progress=False,
         report=None,
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def service(digits_job: DigitsJob, tmp_path_factory: pytest.TempPathFactory):
+    from trak_dist import serve
+
+    token_file = tmp_path_factory.mktemp("token") / "token"
+    token_file.write_text(TOKEN + "\n")
+    # loopback, but token mode forced: what a host beyond loopback gets
+    cfg = serve_job(
+        digits_job,
+        port=_free_port(),
+        token_file=str(token_file),
+        require_token=True,
+        max_targets=70,
+        max_body_bytes=MAX_BODY,
+        cpus_per_replica=0.5,
+    )
+    url = serve.start(cfg)
+    yield url
+    serve.stop()

@@ -20,7 +20,7 @@ def test_tuple_items() -> None:
     with pytest.raises(BadRequest, match=r"targets\[0\]\[0\] has shape \[3, 2\]") as e:
         parser.parse({"targets": [[[[0] * 2] * 3, 0]]})
     assert e.value.status == 400
-    with pytest.raises(BadRequest, match="at most serve.max_targets=4") as e:
+    with pytest.raises(BadRequest, match=r"at most serve\.max_targets=4") as e:
         parser.parse({"targets": [[[[0] * 3] * 2, 0]] * 5})
     assert e.value.status == 413
     with pytest.raises(BadRequest, match="the body is a JSON list"):

@@ -3,53 +3,23 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import DigitsJob, serve_job
+from conftest import MAX_BODY, TOKEN, DigitsJob
 
 from trak_dist.examples import digits
 from trak_dist.serve.client import ServiceError, attribute, health, request
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-TOKEN = "test-token-0123456789abcdef"
-MAX_BODY = 200_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _target(i: int) -> list[object]:
     x, y = digits.target_set()[i]
     return [x.tolist(), int(y)]
-
-
-@pytest.fixture(scope="module")
-def service(digits_job: DigitsJob, tmp_path_factory: pytest.TempPathFactory):
-    from trak_dist import serve
-
-    token_file = tmp_path_factory.mktemp("token") / "token"
-    token_file.write_text(TOKEN + "\n")
-    # loopback, but token mode forced: what a host beyond loopback gets
-    cfg = serve_job(
-        digits_job,
-        port=_free_port(),
-        token_file=str(token_file),
-        require_token=True,
-        max_targets=70,
-        max_body_bytes=MAX_BODY,
-        cpus_per_replica=0.5,
-    )
-    url = serve.start(cfg)
-    yield url
-    serve.stop()
 
 
 def _raw(url: str, path: str, data: bytes | None, token: str | None = TOKEN, method=None):
