@@ -260,6 +260,10 @@ class ServeConfig:
         index_dtype: ``float32`` or ``float16`` (half the memory; exact for a float16 store).
         index_mmap_dir: memory-map the index from ``.npy`` files written there (None: in memory).
         block_rows: train rows per matmul block of the top-k pass.
+        featurize_batch: targets per gradient call. 1 (the default) makes a reply independent
+            of the requests batched with it; more is faster on a GPU, but a target's float32
+            row then depends in its last bit on its batch, which rounding to a float16 store
+            can make a difference of ~1e-4 in its scores.
         device: where targets are featurised and scored (``auto``: cuda if present).
     """
 
@@ -278,6 +282,7 @@ class ServeConfig:
     index_dtype: str = "float32"
     index_mmap_dir: str | None = None
     block_rows: int = 65536
+    featurize_batch: int = 1
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -289,6 +294,7 @@ class ServeConfig:
             "max_body_bytes",
             "max_batch_size",
             "block_rows",
+            "featurize_batch",
         )
         _one_of(self, "index_dtype", ("float32", "float16"))
         _one_of(self, "device", DEVICES)

@@ -78,8 +78,9 @@ def test_index_refuses_bad_settings(digits_job: DigitsJob) -> None:
 def test_attributor_featurises_targets_as_the_batch_job(digits_job: DigitsJob) -> None:
     """Raw targets in (the workers' Featurizer, rounded to the float16 store): the stored scores
     and top-k out. Sent as the batch job featurised them (targets 0-63: its first micro-batch of
-    64), the rows are the stored rows and the scores equal at rtol 1e-5."""
-    att = Attributor(serve_job(digits_job, block_rows=512))
+    64, with serve.featurize_batch=64), the rows are the stored rows and the scores equal at
+    rtol 1e-5."""
+    att = Attributor(serve_job(digits_job, block_rows=512, featurize_batch=64))
     ds = digits.target_set()
     picks = np.arange(64)
     items = [ds[int(i)] for i in picks]
@@ -90,12 +91,16 @@ def test_attributor_featurises_targets_as_the_batch_job(digits_job: DigitsJob) -
 
 
 def test_attributor_any_batch(digits_job: DigitsJob) -> None:
-    """In other batches (1 target, 5 targets) the float32 gradients differ from the batch job's
-    in the last bit (BLAS blocks by batch size, as the job's own micro_batch does), and rounding
-    to the float16 store can then flip a stored row's last float16 bit (2**-11): the scores
-    still agree to 1e-4 (of the largest score) and the top-k indices equal, ties aside."""
+    """One target per gradient call (the default), the float32 gradients differ from the batch
+    job's micro-batches of 64 in the last bit (BLAS blocks by batch size), and rounding to the
+    float16 store can then flip a row's last float16 bit (2**-11): the scores agree to 1e-4 (of
+    the largest score) and the top-k indices equal, ties aside. A target's row does not depend
+    on the targets sent with it."""
     att = Attributor(serve_job(digits_job, block_rows=512))
     ds = digits.target_set()
+    alone = att.target_rows([ds[100]])
+    together = att.target_rows([ds[i] for i in (0, 5, 100, 250)])
+    assert torch.equal(alone[0], together[2])
     for picks in (np.array([17]), np.array([0, 5, 100, 250, 296])):
         items = [ds[int(i)] for i in picks]
         got = att.index.scores(att.target_rows(items).to(att.device)).numpy()

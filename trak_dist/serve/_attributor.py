@@ -2,7 +2,11 @@
 
 Target rows come from the workers' own ``Featurizer`` (built as the worker builds it, at the
 store's width), rounded to the store's dtype as the store rounds them, then scored by the index
-as ``compute_scores`` scores them: a reply equals the batch job's scores for the same targets.
+as ``compute_scores`` scores them: a reply equals the batch job's scores for the same targets,
+exactly when they are featurised in the job's micro-batches, else up to the last float32 bit of
+the gradients (which rounding to a float16 store can make ~1e-4 of the largest score). Targets
+are featurised ``serve.featurize_batch`` at a time (default 1), so that a target's row never
+depends on the requests batched with it.
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ class Attributor:
             spec.proj_dim,  # the stored width, as the workers project (then its prefix)
             cfg.projection.seed,
             cfg.projection.backend,
-            cfg.featurize.micro_batch,
+            cfg.serve.featurize_batch,
         )
         computer.load_state_dict(load_state_dict(path, self.device))
         return featurizer
