@@ -121,7 +121,12 @@ def main() -> None:
     from trak_dist import serve
     from trak_dist.serve._attributor import Attributor
 
-    ray.init(include_dashboard=False, logging_level="ERROR", object_store_memory=256 * 2**20)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        logging_level="ERROR",
+        object_store_memory=256 * 2**20,
+    )
     ds = digits.target_set()
     targets = [[ds[i][0].tolist(), int(ds[i][1])] for i in range(len(ds))]
     rows = []

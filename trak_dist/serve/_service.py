@@ -91,12 +91,14 @@ def start(cfg: JobConfig) -> str:
     check_servable(cfg)
     if not ray.is_initialized():
         if cfg.cluster.kind == "local":
-            ray.init(include_dashboard=False, logging_level=logging.ERROR)
+            ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR)
         else:
             ray.init(address=cfg.cluster.address or "auto", logging_level=logging.ERROR)
     serve.start(http_options={"host": sv.host, "port": sv.port})
     app = AttributionService.options(  # type: ignore[attr-defined]
         num_replicas=sv.num_replicas,
+        # Serve's default (5 in flight per replica) would cap a batch at 5 requests
+        max_ongoing_requests=2 * sv.max_batch_size,
         ray_actor_options={"num_cpus": sv.cpus_per_replica, "num_gpus": sv.gpus_per_replica},
     ).bind(cfg, token)
     serve.run(app, name=APP_NAME, route_prefix="/")
