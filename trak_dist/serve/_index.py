@@ -174,8 +174,8 @@ class AttributionIndex:
 
     def _rows(self, r0: int, r1: int) -> torch.Tensor:
         """Train rows ``[r0, r1)`` of X as float32 on the index's device."""
-        xb = self.x[r0:r1]
-        block = torch.from_numpy(np.ascontiguousarray(xb)) if isinstance(xb, np.ndarray) else xb
+        xb = self.x[r0:r1]  # a row range: contiguous, also in a memory map
+        block = torch.from_numpy(xb) if isinstance(xb, np.ndarray) else xb
         return block.to(self.device, torch.float32)
 
     def _block(self, y: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
@@ -238,7 +238,9 @@ def _mapped(
         out.flush()
         del out
         os.replace(tmp, path)
-    mapped = np.load(path, mmap_mode="r")
+    # copy-on-write: torch takes its blocks without a copy (it refuses read-only memory), and
+    # the file is never written
+    mapped = np.load(path, mmap_mode="c")
     if mapped.shape != shape or mapped.dtype != np.dtype(dtype):
         raise StoreStateError(
             f"the memory-mapped index {path} holds {mapped.shape} {mapped.dtype}, expected "
