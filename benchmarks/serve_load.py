@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--mmap", action="store_true", help="memory-map the index (shared)")
     ap.add_argument("--index-dtype", default="float32")
+    ap.add_argument("--batch-wait", type=float, default=ServeConfig.batch_wait_s)
     ap.add_argument("--dir", default=None, help="where the synthetic stores go (default: tmp)")
     args = ap.parse_args()
 
@@ -144,6 +145,7 @@ def main() -> None:
             index_dtype=args.index_dtype,
             index_mmap_dir=str(root / "mmap") if args.mmap else None,
             cpus_per_replica=1.0,
+            batch_wait_s=args.batch_wait,
         )
         cfg = JobConfig(
             proj_dim=args.p,

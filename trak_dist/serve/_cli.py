@@ -13,7 +13,7 @@ projection.*, proj_dim and lambda_reg, plus the serve.* options:
   serve.host (127.0.0.1)  serve.port (8000)  serve.token_file (required beyond loopback)
   serve.num_replicas (1)  serve.cpus_per_replica  serve.gpus_per_replica  serve.device (auto)
   serve.max_targets (64)  serve.max_k (1000)  serve.max_body_bytes (1 MiB)
-  serve.max_batch_size (16)  serve.batch_wait_s (0.005)
+  serve.max_batch_size (16)  serve.batch_wait_s (0.02)
   serve.index_dtype (float32|float16)  serve.index_mmap_dir  serve.block_rows (65536)
 
 Routes: POST /attribute {"targets": [...], "k": 10} -> {"results": [{"proponents":
