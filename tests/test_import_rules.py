@@ -81,7 +81,12 @@ RULES = [
         ("hydra", "omegaconf"),
         exempt=("trak_dist.cli", "trak_dist._compose"),
     ),
-    Rule("only the Ray executor imports Ray", ("*",), ("ray",), exempt=("trak_dist.distributed",)),
+    Rule(
+        "only the Ray executor and the Ray Serve app import Ray",
+        ("*",),
+        ("ray",),
+        exempt=("trak_dist.distributed", "trak_dist.serve"),
+    ),
     Rule(
         "the pipeline (stages, Worker and Reducer as plain classes) is backend-neutral: Ray, "
         "SLURM and the CLI only run it",

@@ -5,6 +5,7 @@ trak-dist cluster=ray                       # inside `ray job submit`
 trak-dist -m proj_dim=512,1024 lambda_reg=auto,1e-2   # sweep: one featurisation, one
                                                       # factorisation per checkpoint
 trak-dist eval                              # LDS of the stored scores (retrains subsets)
+trak-dist serve                             # attribution of new targets over HTTP (Ray Serve)
 trak-dist --help                            # groups and options
 trak-dist --version                         # trak_dist's and the store format's versions
 trak-dist build-cuda                        # compile the CUDA kernel for this installation
@@ -208,6 +209,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 SUBCOMMANDS: dict[str, str] = {
     "build-cuda": "trak_dist._build_cuda:main",
     "eval": "trak_dist._eval_cli:main",
+    "serve": "trak_dist.serve._cli:main",
     "store": "trak_dist.store._cli:main",
 }
 

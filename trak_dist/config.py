@@ -241,6 +241,83 @@ class EvalConfig:
             )
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """``trak-dist serve``: attribution of new targets over HTTP (``trak_dist.serve``).
+
+    Attributes:
+        host, port: where the HTTP proxy listens. A host beyond loopback needs ``token_file``.
+        token_file: a file holding the bearer token every request must send
+            (``Authorization: Bearer …``); required unless ``host`` is loopback.
+        require_token: ask for the token on loopback too.
+        num_replicas, cpus_per_replica, gpus_per_replica: Ray Serve replicas and their resources.
+        max_targets: most targets in one request; max_k: largest k (at most n).
+        max_body_bytes: largest request body.
+        max_batch_size, batch_wait_s: requests one replica batches into one pass over the index,
+            and how long the first one waits for others (a loaded replica receives concurrent
+            requests spread over tens of ms: 5 ms gave batches of 1-7 of 16 here, 50 ms all 16).
+        index_dtype: ``float32`` or ``float16`` (half the memory; exact for a float16 store).
+        index_mmap_dir: memory-map the index from ``.npy`` files written there (None: in memory).
+        block_rows: train rows per matmul block of the top-k pass.
+        featurize_batch: targets per gradient call. 1 (the default) makes a reply independent
+            of the requests batched with it; more is faster on a GPU, but a target's float32
+            row then depends in its last bit on its batch, which rounding to a float16 store
+            can make a difference of ~1e-4 in its scores.
+        device: where targets are featurised and scored (``auto``: cuda if present).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token_file: str | None = None
+    require_token: bool = False
+    num_replicas: int = 1
+    cpus_per_replica: float = 1.0
+    gpus_per_replica: float = 0.0
+    max_targets: int = 64
+    max_k: int = 1000
+    max_body_bytes: int = 1 << 20
+    max_batch_size: int = 16
+    batch_wait_s: float = 0.02
+    index_dtype: str = "float32"
+    index_mmap_dir: str | None = None
+    block_rows: int = 65536
+    featurize_batch: int = 1
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _positive(
+            self,
+            "num_replicas",
+            "max_targets",
+            "max_k",
+            "max_body_bytes",
+            "max_batch_size",
+            "block_rows",
+            "featurize_batch",
+        )
+        _one_of(self, "index_dtype", ("float32", "float16"))
+        _one_of(self, "device", DEVICES)
+        if not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+            raise ConfigError(f"ServeConfig.port={self.port!r}; expected an integer in [1, 65535].")
+        if not self.host:
+            raise ConfigError("ServeConfig.host is empty; expected e.g. 127.0.0.1 or 0.0.0.0.")
+        if self.cpus_per_replica < 0 or self.gpus_per_replica < 0 or self.batch_wait_s < 0:
+            raise ConfigError(
+                f"ServeConfig: cpus_per_replica={self.cpus_per_replica}, gpus_per_replica="
+                f"{self.gpus_per_replica}, batch_wait_s={self.batch_wait_s}; expected values ≥ 0."
+            )
+        if self.host not in LOOPBACK and not self.token_file:
+            raise ConfigError(
+                f"serve.host={self.host} accepts connections from other machines, so every "
+                "request must carry a token: set serve.token_file to a file holding one (e.g. "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))' > token`), or "
+                "bind serve.host=127.0.0.1."
+            )
+
+
 @dataclass(frozen=True)
 class JobConfig:
     """A whole trak_dist job. ``proj_dim`` and ``lambda_reg`` are the sweep axes; ``report`` is
@@ -259,6 +336,7 @@ class JobConfig:
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     progress: bool = True
     report: str | None = "trak_report"
 

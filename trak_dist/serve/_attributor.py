@@ -1,0 +1,163 @@
+"""Targets in, top proponents and opponents out: the batch job's featurisation and scores.
+
+Target rows come from the workers' own ``Featurizer`` (built as the worker builds it, at the
+store's width), rounded to the store's dtype as the store rounds them, then scored by the index
+as ``compute_scores`` scores them: a reply equals the batch job's scores for the same targets,
+exactly when they are featurised in the job's micro-batches, else up to the last float32 bit of
+the gradients (which rounding to a float16 store can make ~1e-4 of the largest score). Targets
+are featurised ``serve.featurize_batch`` at a time (default 1), so that a target's row never
+depends on the requests batched with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from trak_dist.config import JobConfig
+from trak_dist.errors import ConfigError, StoreMismatchError
+from trak_dist.featurize import Featurizer, build_featurizer
+from trak_dist.gradients import make_computer
+from trak_dist.serve._index import AttributionIndex, TopK
+from trak_dist.serve._request import Item, RequestParser
+from trak_dist.sources import (
+    batch_of,
+    build_dataset,
+    build_model,
+    checkpoint_paths,
+    load_state_dict,
+)
+from trak_dist.store import FeatureStore, file_fingerprint
+from trak_dist.tasks import resolve_task
+
+logger = logging.getLogger(__name__)
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+class Attributor:
+    """One model copy and featurizer per checkpoint, and the index of the stored train side.
+
+    Args:
+        cfg: the job whose store is served (store, model, task, data, projection, proj_dim,
+            lambda_reg, scoring.kinv_scaling) and its ``serve`` section.
+    """
+
+    def __init__(self, cfg: JobConfig) -> None:
+        sv = cfg.serve
+        self.device = pick_device(sv.device)
+        store = FeatureStore.open(cfg.store.path, mode="r")
+        self.store_dtype = np.dtype(store.spec.dtype)
+        paths = checkpoint_paths(cfg.model.checkpoints)
+        self.model_ids = list(range(len(paths)))
+        for c, path in enumerate(paths):
+            # the rows served were featurised from this very file (or the answers are not theirs)
+            store.train_rows(c).binding.check(file_fingerprint(path), f"model_id={c}", store.where)
+        self.index = AttributionIndex.from_store(
+            store,
+            self.model_ids,
+            cfg.proj_dim,
+            cfg.lambda_reg,
+            cfg.scoring.kinv_scaling,
+            sv.index_dtype,
+            sv.index_mmap_dir,
+            sv.block_rows,
+            self.device,
+        )
+        self.featurizers = [self._featurizer(cfg, store, c, p) for c, p in enumerate(paths)]
+        self.train = build_dataset(cfg.data.train, cfg.data.kwargs, "data.train")
+        try:
+            template = build_dataset(cfg.data.targets, cfg.data.kwargs, "data.targets")[0]
+        except (ConfigError, IndexError):
+            template = self.train[0]
+        self.parser = RequestParser(template, self.index.train_size, sv.max_targets, sv.max_k)
+        logger.info(
+            "serving %d train rows, %d checkpoint(s), proj_dim=%d, λ=%s",
+            self.index.train_size,
+            len(paths),
+            self.index.proj_dim,
+            self.index.lambdas,
+        )
+
+    def _featurizer(
+        self, cfg: JobConfig, store: FeatureStore, model_id: int, path: Any
+    ) -> Featurizer:
+        model = build_model(cfg.model.factory, cfg.model.kwargs)
+        task = resolve_task(cfg.task.name, **cfg.task.kwargs)
+        computer = make_computer(
+            model, task, cfg.task.grad_wrt, self.device, cfg.featurize.gradient_engine
+        )
+        spec = store.spec
+        if computer.layout.grad_dim != spec.grad_dim:
+            raise StoreMismatchError(
+                f"the model's selected parameters have d={computer.layout.grad_dim} entries; the "
+                f"store at {store.where} was featurised with d={spec.grad_dim}. Serve it with the "
+                "job's model and task.grad_wrt."
+            )
+        if cfg.projection.kind != spec.projection or cfg.projection.seed != spec.seed:
+            raise StoreMismatchError(
+                f"projection {cfg.projection.kind!r} seed {cfg.projection.seed}; the store at "
+                f"{store.where} holds {spec.projection!r} seed {spec.seed}. Serve it with the "
+                "job's projection settings."
+            )
+        featurizer = build_featurizer(
+            computer,
+            cfg.projection.kind,
+            spec.proj_dim,  # the stored width, as the workers project (then its prefix)
+            cfg.projection.seed,
+            cfg.projection.backend,
+            cfg.serve.featurize_batch,
+        )
+        computer.load_state_dict(load_state_dict(path, self.device))
+        return featurizer
+
+    def target_rows(self, items: Sequence[Item]) -> torch.Tensor:
+        """``[m, C·p]`` Y of ``items``: projected per checkpoint, rounded to the store's dtype,
+        times K_c⁻¹. Items of different shapes (token sequences) are featurised in groups."""
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, item in enumerate(items):
+            values = item.values() if isinstance(item, dict) else item
+            groups.setdefault(tuple(tuple(v.shape) for v in values), []).append(i)
+        out = torch.empty(len(items), self.index.num_checkpoints * self.index.proj_dim)
+        for positions in groups.values():
+            batch = batch_of([items[i] for i in positions], 0, len(positions))
+            xs = [
+                f.project(batch, c).numpy().astype(self.store_dtype)
+                for c, f in enumerate(self.featurizers)
+            ]
+            out[positions] = self.index.target_side(xs).cpu()
+        return out
+
+    def attribute(self, items: Sequence[Item], k: int) -> TopK:
+        """Top-``k`` proponents and opponents of each item, ``[m, k]`` each."""
+        return self.index.topk(self.target_rows(items).to(self.device), k)
+
+    def reply(self, items: Sequence[Item], k: int) -> list[dict[str, list[list[float]]]]:
+        """``attribute`` as the JSON results: per item, ``[[index, score], ...]`` lists."""
+        top = self.attribute(items, k)
+        return [
+            {
+                "proponents": _pairs(top.proponents_idx[t], top.proponents_val[t]),
+                "opponents": _pairs(top.opponents_idx[t], top.opponents_val[t]),
+            }
+            for t in range(len(items))
+        ]
+
+    def train_item(self, index: int) -> Any:
+        """Train example ``index`` as JSON-able nested lists (for the page)."""
+        item = self.train[index]
+        if isinstance(item, dict):
+            return {k: torch.as_tensor(v).tolist() for k, v in item.items()}
+        return [torch.as_tensor(v).tolist() for v in item]
+
+
+def _pairs(idx: np.ndarray, val: np.ndarray) -> list[list[float]]:
+    return [[int(i), float(v)] for i, v in zip(idx, val, strict=True)]

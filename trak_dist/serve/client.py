@@ -1,0 +1,84 @@
+"""A client of ``trak-dist serve``, with the standard library only.
+
+Example (with ``trak-dist`` then ``trak-dist serve`` running)::
+
+    from trak_dist.examples import digits
+    from trak_dist.serve.client import attribute
+
+    x, y = digits.target_set()[0]
+    [result] = attribute("http://127.0.0.1:8000/", [[x.tolist(), int(y)]], k=5)
+    print(result["proponents"])      # [[train index, score], ...], highest first
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class ServiceError(RuntimeError):
+    """The service refused a request: its HTTP ``status`` and its one-line reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def request(
+    url: str,
+    path: str,
+    body: Any = None,
+    token: str | None = None,
+    timeout: float = 60.0,
+) -> Any:
+    """``GET`` (no ``body``) or ``POST`` (JSON ``body``) ``path`` of the service; the decoded
+    JSON reply.
+
+    Raises:
+        ServiceError: a 4xx/5xx reply (its ``{"error": ...}`` line as the message).
+    """
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url.rstrip("/") + path, data=data, method="GET" if data is None else "POST"
+    )
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as reply:
+            return json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        text = e.read().decode(errors="replace")
+        try:
+            message = json.loads(text)["error"]
+        except (ValueError, KeyError, TypeError):
+            message = text.strip()
+        raise ServiceError(e.code, message) from None
+
+
+def attribute(
+    url: str, targets: list[Any], k: int = 10, token: str | None = None, timeout: float = 60.0
+) -> list[dict[str, list[list[float]]]]:
+    """Top-``k`` proponents and opponents of each target: per target
+    ``{"proponents": [[train index, score], ...], "opponents": [...]}``.
+
+    Args:
+        url: the service, e.g. ``http://127.0.0.1:8000/``.
+        targets: items in the task's format (``GET /info`` describes it); digits: ``[x, y]``
+            with ``x`` 64 numbers and ``y`` the label.
+        token: the bearer token, for a service started with ``serve.token_file``.
+    """
+    reply = request(url, "/attribute", {"targets": targets, "k": k}, token, timeout)
+    return list(reply["results"])
+
+
+def health(url: str, timeout: float = 5.0) -> bool:
+    """Whether the service answers ``GET /health``."""
+    try:
+        return request(url, "/health", timeout=timeout).get("status") == "ok"
+    except (OSError, ServiceError):
+        return False
