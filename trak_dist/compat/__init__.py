@@ -6,9 +6,15 @@ Our engines and projectors stay the fast path; these adapters are chosen only wh
 class is passed in.
 """
 
+from trak_dist.compat._batches import fold_targets, write_batch
 from trak_dist.compat._featurizer import DirectFeaturizer, make_featurizer
 from trak_dist.compat._gradients import TrakerGradients, make_computer
-from trak_dist.compat._projector import TrakerProjector, adapt_projector, projection_name
+from trak_dist.compat._projector import (
+    TrakerProjector,
+    adapt_projector,
+    own_projector,
+    projection_name,
+)
 from trak_dist.compat._saver import SaverView
 from trak_dist.compat._tracker import RowTracker, fold_all, writer_name
 
@@ -20,8 +26,11 @@ __all__ = [
     "TrakerProjector",
     "adapt_projector",
     "fold_all",
+    "fold_targets",
     "make_computer",
     "make_featurizer",
+    "own_projector",
     "projection_name",
+    "write_batch",
     "writer_name",
 ]
