@@ -171,12 +171,3 @@ def checkpoints(
         )
         for seed in range(num)
     ]
-
-
-def mean_loss(path: Path, n_embd: int = 64) -> float:
-    """The target set's mean next-token cross-entropy under a checkpoint (nats per token)."""
-    model = make_model(n_embd).eval()
-    model.load_state_dict(torch.load(path, weights_only=True))
-    data = target_set()
-    with torch.no_grad():
-        return float(_next_token_loss(model, data.input_ids, data.attention_mask))

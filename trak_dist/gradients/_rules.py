@@ -88,6 +88,8 @@ def tokens(x: Tensor, batch: int, features: int) -> Tensor:
 
 
 class LinearRule(Rule):
+    transposed = False  # True: the weight is stored [in, out] (transformers' Conv1D)
+
     def view_cols(self, module: Any, local: str) -> int | None:
         return int(module.weight.shape[1]) if local == "weight" else None
 
@@ -100,41 +102,25 @@ class LinearRule(Rule):
         offsets: dict[str, int],
     ) -> Blocks:
         b = grad.shape[0]
-        out_f, in_f = module.weight.shape
+        rows, cols = module.weight.shape
+        out_f, in_f = (cols, rows) if self.transposed else (rows, cols)
         delta = tokens(grad, b, out_f)
         found: Blocks = []
         if "weight" in offsets:
             a = tokens(first_input(module, inputs), b, in_f)
-            found.append(FactorBlock(offsets["weight"], out_f, delta, a))
+            if self.transposed:
+                found.append(FactorBlock(offsets["weight"], in_f, a, delta))
+            else:
+                found.append(FactorBlock(offsets["weight"], out_f, delta, a))
         if "bias" in offsets:
             found.append(GradBlock(offsets["bias"], delta.sum(1)))
         return found
 
 
-class HFConv1DRule(Rule):
+class HFConv1DRule(LinearRule):
     """transformers' ``Conv1D``: a Linear layer with the weight stored ``[in, out]``."""
 
-    def view_cols(self, module: Any, local: str) -> int | None:
-        return int(module.weight.shape[1]) if local == "weight" else None
-
-    def blocks(
-        self,
-        module: Any,
-        inputs: tuple[Any, ...],
-        output: Tensor | None,
-        grad: Tensor,
-        offsets: dict[str, int],
-    ) -> Blocks:
-        b = grad.shape[0]
-        in_f, out_f = module.weight.shape
-        delta = tokens(grad, b, out_f)
-        found: Blocks = []
-        if "weight" in offsets:
-            a = tokens(first_input(module, inputs), b, in_f)
-            found.append(FactorBlock(offsets["weight"], in_f, a, delta))
-        if "bias" in offsets:
-            found.append(GradBlock(offsets["bias"], delta.sum(1)))
-        return found
+    transposed = True
 
 
 class ConvRule(Rule):

@@ -38,7 +38,6 @@ ROW_GROUPS = (TRAIN, TARGETS)  # only trak_dist makes these; traker makes "score
 STAGED = "staged"
 XTX, FACTOR, Y = "xtx", "factor", "Y"
 ROW_ARRAYS = ("X", "Q", "H", "done")
-SHADOW_ARRAYS = ("X", "Q", "H", "has")
 EVAL_ARRAYS = ("masks", "margins", "done")
 TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
 CHECKPOINT = "checkpoint"  # a row set's (and a shadow's) checkpoint fingerprint attribute

@@ -205,13 +205,6 @@ class FeatureStore:
         evals, evecs = get_reduction(node, "eigenvalues"), get_reduction(node, "eigenvectors")
         return None if evals is None or evecs is None else (evals, evecs)
 
-    def drop_reductions(self, model_id: int) -> None:
-        """Remove XᵀX and its factorisations of ``model_id`` (``store repair``)."""
-        node = group(self.root, layout.train(model_id))
-        for name in (layout.XTX, layout.FACTOR):
-            if name in node:
-                del node[name]
-
     # ---- targets ----------------------------------------------------------------------------
     def experiments(self) -> list[str]:
         return sorted(group(self.root, layout.TARGETS).group_keys())
