@@ -1,11 +1,8 @@
 """The commit protocol of a row set: one flag per chunk, set after the chunk's data.
 
-A chunk of X is only ever written whole, and counts as done only once its flag is set, after its
-data was written. Flags live in a ``done`` array with one element per chunk and chunk size 1, so
-each flag is its own store key and concurrent committers never share one. (LocalStore writes
-each key to a temporary file and renames it, so a killed writer leaves either the old key or the
-new one.) Two writers of one chunk therefore each write all of it, with the same rows, and
-neither can lose the other's.
+Flags live in a ``done`` array with chunk size 1, so each flag is its own store key (written
+atomically by LocalStore) and concurrent committers never share one; two writers of one chunk
+each write all of it, with the same rows.
 """
 
 from __future__ import annotations

@@ -7,17 +7,10 @@ Layout (``eval/<exp>/`` in the store)::
     margins [M, m] float32 model j's output f on every target of the experiment
     done    [M] uint8      1 once row j of ``margins`` is written
 
-Complete-or-absent per model: row j of ``margins`` is one chunk (one store key, written to a
-temporary file and renamed by the LocalStore), and ``done[j]`` is its own chunk, set after it.
-A killed evaluation leaves every model either done or not started; a rerun trains only the
-ones not done. Only the evaluation's driver writes (a single writer). The settings attributes
-are written last, so a group without them was never finished and is made again.
-
-Integrity (store/_integrity.py): every chunk carries a crc32c; margins are finite and their fill
-value is NaN, so a done model whose margins are missing or damaged is an error naming it; a mask
-is checked against the subset its settings define (``subset_mask``) before a model is trained on
-it. ``trak-dist store repair`` un-does a damaged model (``uncommit``), and the next
-``trak-dist eval`` trains exactly those again.
+Complete-or-absent per model (one margins chunk, then its own ``done`` chunk), single writer
+(the evaluation's driver); settings are written last, so a group without them is made again.
+Margins' fill value is NaN and every chunk carries a crc32c, so damage names the model;
+``trak-dist store repair`` un-does it and the next ``trak-dist eval`` retrains it.
 """
 
 from __future__ import annotations

@@ -13,12 +13,8 @@ def refuse_non_finite(
 ) -> None:
     """Raise NonFiniteError unless every row is finite as stored (before anything is written).
 
-    Args:
-        stored: ``[B, p]`` rows in the store's dtype.
-        raw: the same rows as computed (float32), to tell overflow in float16 from NaN input.
-        q: ``[B]`` out-to-loss weights, or None.
-        rows: ``[B]`` dataset row of each.
-        who: whose rows (``RowSet.describe``).
+    ``raw`` (the float32 rows as computed) tells float16 overflow from NaN input; ``q``: ``[B]``
+    out-to-loss weights or None; ``rows``: ``[B]`` dataset rows; ``who``: ``RowSet.describe``.
     """
     # one pass over a chunk: negligible next to the gradients that produced it
     bad_x = ~np.isfinite(stored).all(axis=1)

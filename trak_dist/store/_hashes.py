@@ -1,15 +1,8 @@
-"""Content hashes of train and target items: one 64-bit hash per row, and the fingerprint of a
-whole dataset built from them.
+"""Content hashes of train and target items: one 64-bit hash per row, and a dataset fingerprint.
 
-Workers and ``TRAKer`` hash the rows they featurise (from the collated batch, so an item hashes
-the same whether it came from a dataset or from a user's DataLoader) and store the hashes with
-the rows (``H`` of a RowSet). A rerun that reuses committed rows hashes its items again and
-compares: a changed row is an error naming it, never silently reused features. Hashing a row
-costs a copy and a blake2b of its bytes, far less than its gradient.
-
-The dataset fingerprint in a store's spec is the hash of every row's hash (``fingerprint``), so
-the driver's up-front check covers every row, and on a mismatch the stored per-row hashes name
-the rows that changed.
+Rows are hashed from the collated batch (the same from a dataset or a DataLoader) and stored
+with them (``H``); a rerun that reuses rows compares, so changed data is an error naming the
+rows. The fingerprint is the hash of every row's hash.
 """
 
 from __future__ import annotations

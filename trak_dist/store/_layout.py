@@ -1,8 +1,7 @@
 """Where everything lives in a trak_dist store, and how its arrays are chunked.
 
-The one module that names the store's nodes: writers (``FeatureStore``, ``RowSet``, staging,
-``ScoreSet``), readers, ``verify`` and ``repair`` build paths with the functions below and
-classify them with ``parse``; no other module spells a path. Layout (one Zarr v3 group)::
+The one module that names the store's nodes: everyone builds paths with the functions below
+and classifies them with ``parse``. Layout (one Zarr v3 group)::
 
     attrs["trak_dist"]            FeatureSpec + codec
     train/<model_id>/             row set: X [n, p], Q [n], H [n], done [chunks];
@@ -15,12 +14,9 @@ classify them with ``parse``; no other module spells a path. Layout (one Zarr v3
     scores/<exp>/<variant>/       S, top-k arrays, Y/<model_id>; ``.partial-``/``.old-`` beside
     eval/<exp>/                   masks, margins, done (LDS subset models)
 
-Chunks are bounded in bytes (``CHUNK_BYTES``) along both axes. A row set's chunk has
-``min(chunk_rows, n)`` rows (the commit unit: writers own whole row chunks) and as many columns
-as fit the bound, so a wide X (a ResNet-18 with an identity projection: p = 11.7M) is split
-into column chunks instead of one ``chunk_rows × p`` chunk that Zarr would allocate, pad and
-compare whole on every write. A row chunk's column chunks are written together by its one
-owner, so concurrent writers still never share a chunk.
+Chunks are bounded in bytes (``CHUNK_BYTES``) along both axes: ``min(chunk_rows, n)`` rows (the
+commit unit) and as many columns as fit, so a wide X (p = 11.7M) is not one huge chunk that Zarr
+allocates and compares whole on every write. One owner writes all column chunks of a row chunk.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """A set of featurised rows in the store: X, optional Q, row hashes H, per-chunk commit flags.
 
-A RowSet is the arrays and their reads and writes; its parts are small classes of their own:
-
-- ``flags`` (``_commit.py``): the commit protocol. A chunk of X is only ever written whole and
-  counts as done once its flag is set, after its data;
-- ``binding`` (``_binding.py``): the checkpoint the rows come from, bound by the first commit;
-- ``staged`` (``_fold.py``, ``_staging.py``): rows TRAKer processes stage when they do not fill
-  a whole chunk, folded into X once the writers' staged rows cover a chunk.
-
-Owners of whole chunks (the pipeline's workers, or a TRAKer batch that covers a chunk) ``write``
-the chunk, then ``commit`` it: no coordination is needed, since concurrent writers never share a
-chunk (chunk shapes: ``_layout.py``). ``verify`` and ``repair`` live in ``_verify.py`` and
-``_repair.py``.
-
-Integrity (``_integrity.py``): X, Q and H chunks, committed or staged, carry a crc32c and a fill
-value written rows never hold (NaN, NaN, 0), so reads name damaged or missing chunks. H holds a
-64-bit hash of each row's item, written with the row (``_hashes.py``).
+Parts: ``flags`` (``_commit.py``, a chunk counts once its flag is set after its data),
+``binding`` (``_binding.py``, the checkpoint bound by the first commit) and ``staged``
+(``_fold.py``, ``_staging.py``, TRAKer's partial-chunk rows). Owners of whole chunks ``write``
+then ``commit`` them without coordination. Chunks carry a crc32c and sentinel fill values
+(``_integrity.py``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Score arrays of one (experiment, proj_dim, λ) variant: S and per-target top-k.
 
-Complete or absent, and a failed scoring keeps the previous scores: a new set is written into a
-partial group beside the variant (``<variant>.partial-<id>``), marked complete, then renamed into
-place (two directory renames; the previous set is removed only after the new one is in place).
-Readers only ever open ``<variant>`` and check its ``complete`` flag. Object stores have no
-rename: there the set is rewritten in place, complete flag last (complete or absent, but a
-failed rescoring loses the previous set).
+Complete or absent: a new set is written into ``<variant>.partial-<id>``, marked complete and
+renamed into place, so a failed scoring keeps the previous scores. Object stores have no rename:
+there the set is rewritten in place, complete flag last (a failed rescoring loses the old set).
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Rows staged by one writer: private arrays shaped like the row set, holding only its rows.
 
-traker lets any process fill any rows of a row set (``featurize(batch, inds=…)`` from one process
-per shard, boundaries anywhere). Zarr stores whole chunks, so two processes writing rows of one
-chunk read-modify-write the same key and one loses the other's rows, silently. A writer therefore
-puts rows that do not fill a whole chunk into its own *shadow* arrays under
-``staged/<writer>/`` (``X``, ``Q``, ``H``, ``has``: the same shape and chunking as the row
-set's, so a row keeps its index), keys that no other process ever writes. ``StagedRows.fold``
-(``_fold.py``) merges
-the shadows of every writer chunk by chunk and writes a chunk of X only when their union covers
-it, whole.
-
-Write order: ``X``, ``Q`` and ``H`` first, the ``has`` flags last. Every key is replaced
-atomically (LocalStore writes a temporary file and renames it), so a reader that sees a row's
-flag also sees its data, and a writer killed mid-batch leaves rows without flags: not done,
-recomputed.
-
-Integrity (``store/_integrity.py``) holds here as for committed rows: every chunk carries a
-crc32c, fill values are sentinels (NaN, NaN, 0), and a staged row carries its item hash, so a
-rerun that reuses it checks the item it came from. A shadow records the checkpoint its writer
-had loaded (attribute ``checkpoint``): rows staged from another checkpoint than the one the row
-set is bound to are never folded nor reused. Reads check what a flagged row must hold: a
-damaged shadow is a StoreDamagedError naming the staged chunk (``trak-dist store repair``
-drops that writer's shadow, and its rows are featurised again).
+Two processes writing rows of one Zarr chunk silently lose each other's rows, so a writer puts
+rows that do not fill a whole chunk into its own shadow arrays under ``staged/<writer>/``
+(``X``, ``Q``, ``H``, ``has``, chunked like the row set), keys no other process writes;
+``StagedRows.fold`` (``_fold.py``) merges them. ``has`` flags are written last (every key is
+replaced atomically), so a killed writer leaves unflagged rows that are recomputed. A shadow
+records its writer's checkpoint; rows from another checkpoint than the bound one are never
+folded nor reused. Chunks carry crc32c and sentinel fills; a damaged shadow is dropped by
+``trak-dist store repair``.
 """
 
 from __future__ import annotations
@@ -129,13 +115,8 @@ class Shadow:
         return checked_read(self.has, (slice(start, end),), none).astype(bool)
 
     def read_x(self, start: int, end: int, cols: slice, has: np.ndarray) -> np.ndarray:
-        """X rows ``[start, end)``, columns ``cols`` (explicit bounds), checked where ``has``
-        (from ``rows``) flags them; the other rows are the fill value.
-
-        Raises:
-            StoreDamagedError: a chunk fails its checksum, or a flagged row is missing or
-                non-finite.
-        """
+        """X rows ``[start, end)``, columns ``cols``, checked where ``has`` flags them (the other
+        rows are the fill value); StoreDamagedError on a bad chunk or flagged row."""
         return checked_read(self.X, (slice(start, end), cols), has)
 
     def read_q(self, start: int, end: int, has: np.ndarray) -> np.ndarray | None:

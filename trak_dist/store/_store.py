@@ -1,13 +1,8 @@
 """The Zarr store: train features per checkpoint, target features per experiment, reductions.
 
-Where each of these lives, and how arrays are chunked, is ``store/_layout.py``.
-
-Reductions (xtx, factors, scores) are complete or absent: their data is written first and a
-``complete`` flag last (scores: renamed into place), and readers treat anything else as absent.
-A damaged xtx or factor is recomputed (it is derived from checksummed rows); damaged rows are a
-``StoreDamagedError`` (see ``store/_integrity.py`` and ``trak-dist store repair``). The subset
-models of ``eval/<exp>`` are complete or absent one by one (margins, then a done flag), and a
-damaged one is dropped by repair so that ``trak-dist eval`` trains it again.
+Layout and chunking: ``store/_layout.py``. Reductions (xtx, factors, scores) are complete or
+absent (``complete`` flag last); a damaged one is recomputed, damaged rows are a
+``StoreDamagedError`` (``trak-dist store repair``).
 """
 
 from __future__ import annotations
