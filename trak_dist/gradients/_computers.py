@@ -22,14 +22,8 @@ def _samples(batch: Batch) -> list[Any]:
 class GradientComputer:
     """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``).
 
-    The model is put in eval mode, so BatchNorm uses its running statistics and Dropout is off:
-    a sample's gradient does not depend on the rest of its batch.
-
-    Args:
-        model: the network; its parameters are replaced by ``load_state_dict``.
-        task: a ModelOutput (see ``trak_dist.tasks``).
-        grad_wrt: parameter names to differentiate, None for all.
-        device: where the model runs.
+    The model is put in eval mode, so a sample's gradient does not depend on its batch
+    (BatchNorm running statistics, no Dropout).
     """
 
     def __init__(

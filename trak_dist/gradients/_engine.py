@@ -1,10 +1,8 @@
 """Choosing the gradient engine: ``vmap`` (torch.func), ``hooks`` (module hooks) or ``auto``.
 
-``auto`` picks ``hooks`` when the task has a batched ``get_outputs`` and every selected parameter
-belongs to a module the hook engine has a rule for, else ``vmap``. Both give the same features to
-float rounding; hooks need no vmap (any model that runs forward and backward in eval mode, e.g.
-Hugging Face models whose attention-mask code vmap cannot trace) and never hold more than one
-module's per-sample gradients.
+``auto`` picks ``hooks`` when the task has a batched ``get_outputs`` and every selected
+parameter has a hook rule, else ``vmap``. Same features to float rounding; hooks need no vmap
+tracing (e.g. HF attention-mask code) and hold one module's per-sample gradients at a time.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""Per-module-type rules of the hook engine: a module's per-sample parameter gradients from its
-inputs ``a`` (kept by a forward hook) and its output gradient ``δ`` (a hook on its output).
+"""Per-module-type rules of the hook engine: per-sample parameter gradients from a module's
+inputs ``a`` and its output gradient ``δ``.
 
-Matrix-shaped weights come out as :class:`FactorBlock` s (Σ_t left_t ⊗ right_t, never formed
-here); everything else as formed :class:`GradBlock` s. Supported modules, and nothing else:
-
-- ``nn.Linear``: W ``[out, in]`` = Σ_t δ_t a_tᵀ, bias Σ_t δ_t.
-- Hugging Face ``Conv1D`` (GPT-2; W ``[in, out]``): W = Σ_t a_t δ_tᵀ, bias Σ_t δ_t.
-- ``nn.Conv1d`` / ``nn.Conv2d`` with ``groups=1``, any padding mode: the Linear rule on the
-  unfolded input (t: output positions).
-- ``nn.Embedding`` without ``max_norm`` / ``scale_grad_by_freq``: W ``[V, D]`` = Σ_t e_{id_t} δ_tᵀ
-  (positions at ``padding_idx`` contribute nothing, as in torch).
-- Normalisation layers with an elementwise affine: see ``_norms.py``.
+Matrix weights come out as :class:`FactorBlock` s (Σ_t left_t ⊗ right_t), the rest as
+:class:`GradBlock` s. Supported: ``nn.Linear``, HF ``Conv1D``, ``nn.Conv1d/2d`` with
+``groups=1`` (Linear on the unfolded input), ``nn.Embedding`` without ``max_norm`` /
+``scale_grad_by_freq``, and the normalisation layers of ``_norms.py``.
 """
 
 from __future__ import annotations

@@ -34,19 +34,12 @@ class GradBlock(NamedTuple):
 
 
 class FactorBlock(NamedTuple):
-    """Per-sample gradients of one matrix-shaped parameter, kept as sums of outer products.
+    """Per-sample gradients of one matrix-shaped parameter, as sums of outer products.
 
-    Sample b's gradient, seen as the ``[rows, cols]`` matrix whose row-major flattening starts at
-    global row ``offset``, is ``Σ_t left[b, t] ⊗ right[b, t]`` (t: sequence or spatial
-    positions). A Linear layer gives ``left = δ`` (output gradients), ``right = a`` (inputs); an
-    embedding gives token ids as ``left`` (one-hot rows). The Kronecker projector projects the
-    factors without forming the gradient; every other projector gets :meth:`grad_blocks`.
-
-    Attributes:
-        offset: global row of the parameter's first entry.
-        rows: rows of the matrix view.
-        left: ``[B, T, rows]`` floats, or ``[B, T]`` int64 row indices (one-hot left factors).
-        right: ``[B, T, cols]``.
+    Sample b's gradient (the ``[rows, cols]`` view starting at global row ``offset``) is
+    ``Σ_t left[b, t] ⊗ right[b, t]``; ``left`` is ``[B, T, rows]`` floats, or ``[B, T]`` int64
+    row indices (one-hot rows, embeddings); ``right`` is ``[B, T, cols]``. The Kronecker
+    projector projects the factors; every other projector gets :meth:`grad_blocks`.
     """
 
     offset: int
@@ -161,15 +154,8 @@ class Projector(ABC):
 
     @abstractmethod
     def project(self, grads: GradInput, model_id: int) -> torch.Tensor:
-        """Project per-sample gradients.
-
-        Args:
-            grads: ``[B, d]``, a ``{name: [B, *shape]}`` dict, or a list of :class:`GradBlock`.
-            model_id: the checkpoint's id; each checkpoint has its own P.
-
-        Returns:
-            ``[B, proj_dim]`` float32 on the gradients' device.
-        """
+        """Project per-sample gradients (``[B, d]``, a ``{name: [B, *shape]}`` dict, or a list
+        of :class:`GradBlock`) with checkpoint ``model_id``'s P; ``[B, proj_dim]`` float32."""
 
     def free_memory(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached matrices (traker API)."""

@@ -80,19 +80,13 @@ def cuda_device(device: torch.device | str) -> torch.device:
 class CudaProjector(Projector):
     """Rademacher projection by the ``cuda_ext`` kernel, bit for bit the reference matrix.
 
-    P is generated on the fly (never stored); each gradient block is one kernel call at its
-    global row offset, accumulating into one output, so per-parameter gradients are never
-    concatenated.
+    P is generated on the fly; each gradient block is one kernel call at its global row offset.
 
     Args:
-        grad_dim: d, the number of gradient entries.
-        proj_dim: p.
-        seed: projector seed.
         device: the GPU used when gradients arrive on the CPU.
-        f32_terms: bf16 terms an fp32 gradient is split into for the tensor cores: 2 (relative
-            representation error ≤ 2⁻¹⁶ per entry) or 3 (≤ 2⁻²⁴, fp32's own rounding; slower).
-        workspace_bytes: cap on the split-K scratch; larger runs more splits per launch, the
-            result is the same bit for bit.
+        f32_terms: bf16 terms an fp32 gradient is split into: 2 (relative error ≤ 2⁻¹⁶ per
+            entry) or 3 (≤ 2⁻²⁴, fp32's own rounding; slower).
+        workspace_bytes: cap on the split-K scratch (the result is the same bit for bit).
         self_check: compare a small projection with the CPU reference once per GPU.
 
     Raises:

@@ -1,14 +1,9 @@
 """The Rademacher matrix at one bit per entry, packed along rows, and its expansion to ±1.
 
-``packed_rademacher`` returns ``[p, groups]`` uint8: byte ``[j, g]`` holds the signs of rows
-``8g … 8g+7`` of column ``j``, bit ``k`` set where ``P[8g + k, j] = −1`` (the hash in
-``docs/projection.md``). Packing eight *rows* per byte (the hash packs 128 columns per call)
-is what the table-lookup product (``_lookup.py``) needs: a byte picks one of the 256 signed sums
-of eight gradient entries. P for a 373k-parameter model at p = 2048 takes 95 MB this way,
-32× less than float32, so it can be generated once per checkpoint and kept.
-
-This is a second implementation of the hash's sign layout, next to the reference
-``rademacher_block``; the tests check that both give the same matrix, entry for entry.
+``packed_rademacher`` returns ``[p, groups]`` uint8: bit ``k`` of ``[j, g]`` is set where
+``P[8g + k, j] = −1``. Eight rows per byte is what the lookup product (``_lookup.py``) needs;
+it is 32× smaller than float32 (95 MB for 373k parameters at p = 2048). A second
+implementation of the hash's sign layout: tests check it against ``rademacher_block``.
 """
 
 from __future__ import annotations

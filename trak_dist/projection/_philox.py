@@ -1,14 +1,9 @@
 """Philox4x32-10 evaluated on int64 tensors: the counter-based hash behind every projection.
 
-Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) maps a
-128-bit counter and a 64-bit key to 128 pseudo-random bits with no state, so any entry of the
-projection matrix can be computed on its own, in any order, on any device. The CUDA kernel in
-``cuda_ext/`` implements the same function; ``docs/projection.md`` specifies how counters and
-keys are formed from (seed, model_id, i, j).
-
-torch has no uint32 arithmetic, so 32-bit words live in int64 tensors. The products of two
-32-bit words overflow int64; torch wraps them in two's complement, which keeps the low 64 bits
-exact, so masking recovers the high and low halves bit for bit.
+Philox (Salmon et al., SC'11) maps a 128-bit counter and a 64-bit key to 128 random bits with
+no state, so any entry of P can be computed alone, on any device (``cuda_ext/`` implements the
+same; ``docs/projection.md`` forms counters and keys). torch has no uint32, so words live in
+int64; products wrap in two's complement, keeping the low 64 bits exact.
 """
 
 from __future__ import annotations

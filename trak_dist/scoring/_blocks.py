@@ -96,13 +96,8 @@ def compute_scores(
 ) -> ScoreSet:
     """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
 
-    ``lambda_reg`` is a number (the same λ for every checkpoint) or ``"auto"`` (each
-    checkpoint's own, from its spectrum); the λ used per checkpoint is recorded in the score
-    set's ``lambdas`` attribute.
-
-    Returns:
-        The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``. It replaces the
-        variant's previous scores only once complete: if scoring fails, they are kept.
+    ``lambda_reg``: a number, or ``"auto"`` (per checkpoint; recorded in ``lambdas``). Returns
+    the completed ScoreSet; it replaces the variant's previous scores only once complete.
     """
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
