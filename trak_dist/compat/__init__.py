@@ -1,10 +1,6 @@
-"""traker 0.3.2's own classes inside ``TRAKer``: its gradient computers and projectors (or a
-user's subclasses of them), called exactly as traker calls them; its per-row bookkeeping on our
-store (any process fills any rows); and a read-only ``saver`` view.
-
-Our engines and projectors stay the fast path; these adapters are chosen only when a traker
-class is passed in.
-"""
+"""traker 0.3.2 inside ``TRAKer``: its gradient computers and projectors called as traker
+calls them (chosen only when a traker class is passed in), per-row bookkeeping on our store,
+TRAKer's per-batch steps, and a read-only ``saver`` view."""
 
 from trak_dist.compat._batches import fold_targets, write_batch
 from trak_dist.compat._featurizer import DirectFeaturizer, make_featurizer

@@ -21,14 +21,8 @@ from trak_dist.projection._base import GradInput
 
 
 class TrakerProjector(Projector):
-    """A traker projector (``BasicProjector``, ``CudaProjector``, a user's own subclass), called
-    as traker calls it: ``project(grads, model_id)`` with the gradient computer's output as it
-    is, a ``{name: [B, *shape]}`` dict or a ``[B, d]`` tensor.
-
-    Args:
-        inner: the traker projector instance.
-        grad_dim: d of the model's selected parameters.
-    """
+    """A traker projector (``BasicProjector``, ``CudaProjector``, a subclass), called as traker
+    calls it: ``project(grads, model_id)`` with the gradient computer's output as it is."""
 
     kind = ProjectionKind.RADEMACHER  # not used: the store records ``projection_name``
 

@@ -9,16 +9,9 @@ from trak_dist.store import FeatureStore
 
 
 class SaverView:
-    """traker's ``saver`` attributes, read live from the store; nothing here writes.
-
-    Every property returns a fresh dict: changing it changes nothing on disk (traker's saver
-    methods, such as ``save_scores``, have no counterpart: the Zarr store replaces them).
-
-    Args:
-        store: the TRAKer's store.
-        variant: the score variant this TRAKer writes (``p<proj_dim>_lambda<λ>``).
-        current_model_id: the model id of the last loaded checkpoint, or None.
-    """
+    """traker's ``saver`` attributes, read live from the store; nothing here writes (every
+    property returns a fresh dict). ``variant``: the score variant this TRAKer writes;
+    ``current_model_id``: the last loaded checkpoint, or None."""
 
     def __init__(self, store: FeatureStore, variant: str, current_model_id: int | None) -> None:
         self._store = store

@@ -47,14 +47,8 @@ class RetryPolicy:
         logger.warning("%s; replacing it", what)
 
     def task_failed(self, task: ShardTask, e: Exception) -> None:
-        """A shard raised: rerun it unless the error was raised on purpose or it is out of
-        retries.
-
-        Raises:
-            TrakDistError: the shard's own expected error (bad data, a mismatched store): a
-                retry would only repeat it.
-            WorkerFailedError: past ``featurize.max_task_retries``.
-        """
+        """A shard raised: rerun it unless the error was raised on purpose (TrakDistError:
+        bad data, a mismatched store) or it is out of retries (WorkerFailedError)."""
         cause = failures.unwrap(e)
         if isinstance(cause, TrakDistError):
             raise cause from e

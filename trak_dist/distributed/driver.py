@@ -45,15 +45,12 @@ def run_job(
     on_shard: OnShard | None = None,
     keep_alive: bool = False,
 ) -> JobResult:
-    """``run_pipeline`` on Ray: featurise what the store lacks, reduce, and score ``variants``
-    ((proj_dim, λ) pairs; default the job's own).
+    """``run_pipeline`` on Ray: featurise what the store lacks, reduce, and score ``variants``.
 
     Args:
-        cfg: the job.
         variants: (proj_dim, lambda_reg) pairs to score (λ a number or ``"auto"``).
         on_shard: called after each finished shard (progress hooks, fault-injection tests).
-        keep_alive: leave Ray and the reducer running for the next call in this process
-            (sweeps); they stop at interpreter exit.
+        keep_alive: leave Ray and the reducer running for the next call (sweeps).
     """
     return run_pipeline(cfg, RayExecutor(keep_alive), variants, on_shard)
 

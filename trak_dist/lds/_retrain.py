@@ -26,13 +26,9 @@ def _samples(batch: Batch) -> list[Any]:
 class SubsetTrainer:
     """Trains subset models with ``cfg.eval.recipe`` and returns their target outputs.
 
-    The output is the task's ``get_output`` (the f that TRAK attributes, e.g. the margin
-    log p/(1−p) of the label), evaluated per target: the task's batched ``get_outputs`` where it
-    has one, else ``get_output`` under ``vmap``.
-
-    Args:
-        cfg: the job; ``model``, ``task``, ``data.targets`` and ``eval`` are used.
-        threads: torch threads (Ray gives a task ``eval.cpus_per_model`` CPUs).
+    The output is the task's f (e.g. the margin log p/(1−p)) per target: batched
+    ``get_outputs`` where the task has one, else ``get_output`` under ``vmap``. ``threads``:
+    torch threads (a Ray task gets ``eval.cpus_per_model`` CPUs).
     """
 
     def __init__(self, cfg: JobConfig, threads: int = 1) -> None:

@@ -53,8 +53,7 @@ def run_pipeline(
     """Featurise what the store lacks, reduce, factorise and score ``variants``.
 
     Args:
-        cfg: the job.
-        executor: where tasks run (default: all in this process, ``InProcessExecutor``).
+        executor: where tasks run (default ``InProcessExecutor``).
         variants: (proj_dim, lambda_reg) pairs to score; default the job's own.
         on_shard: called after each finished shard (progress hooks, fault-injection tests).
     """

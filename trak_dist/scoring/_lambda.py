@@ -1,10 +1,11 @@
 """λ, the ridge term of K = XᵀX + λI: a number (traker's absolute meaning) or ``"auto"``.
 
-``auto``: λ = AUTO_SCALE · e_max (largest eigenvalue of XᵀX), so cond(XᵀX + λI) ≤ 1 + 1/AUTO_SCALE ≈ 144 whatever
-n, p or the gradients' units (λ = 1 for XᵀX = 0). Chosen by LDS against 200 subset models on
-the digits MLP, CNN and transformer (p < n and p ≥ n, 1/3/5 checkpoints): worst case 0.974 of
-each case's best LDS, ≥ 0.95 for constants 0.005 … 0.011; Bergson's 0.1·mean eigenvalue
-reaches 0.71 at p ≥ n (``benchmarks.lds_rules``, ``benchmarks.lds``, benchmarks/RESULTS.md).
+``auto``: λ = AUTO_SCALE · e_max (largest eigenvalue of XᵀX), so cond(XᵀX + λI) ≤ 1 +
+1/AUTO_SCALE ≈ 144 whatever n, p or the gradients' units (λ = 1 for XᵀX = 0). Chosen by LDS
+against 200 subset models on the digits MLP, CNN and transformer (p < n and p ≥ n, 1/3/5
+checkpoints): worst case 0.974 of each case's best LDS, ≥ 0.95 for constants 0.005 … 0.011;
+Bergson's 0.1·mean eigenvalue reaches 0.71 at p ≥ n (``benchmarks.lds_rules``,
+``benchmarks.lds``, benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
