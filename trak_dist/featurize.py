@@ -28,13 +28,8 @@ from trak_dist.projection import (
 
 
 def normalize_factor(d: int, projector: Projector, micro_batch: int | None) -> Tensor:
-    """sqrt(d) as a float32 scalar, once ``projector`` and ``micro_batch`` are checked to fit d.
-
-    traker 0.3.2 divides by sqrt(d) computed in float32; so do we, for identical numbers.
-
-    Raises:
-        ConfigError: the projector's grad_dim is not d, or micro_batch is not positive.
-    """
+    """sqrt(d) in float32 (as traker 0.3.2, for identical numbers), once ``projector`` and
+    ``micro_batch`` are checked to fit d (else ConfigError)."""
     if projector.grad_dim != d:
         raise ConfigError(
             f"the projector was built for grad_dim={projector.grad_dim}, the model's "
@@ -49,15 +44,12 @@ class Featurizer:
     """Turns batches into projected gradients, ``micro_batch`` samples at a time.
 
     Peak memory is one micro-batch of per-sample gradients plus the projector's working set,
-    whatever the batch size (docs/design.md, invariant 5): ``micro_batch × d`` floats with the
-    vmap engine, ``micro_batch ×`` the largest module with the hook engine (whose blocks are
-    projected and dropped module by module), and with a Kronecker projector of factors not even
-    that.
+    whatever the batch size (docs/design.md, invariant 5): ``micro_batch × d`` with vmap,
+    ``micro_batch ×`` the largest module with hooks, less with Kronecker factors.
 
     Args:
-        computer: per-sample gradients of the task's model output.
         projector: P (its ``grad_dim`` must equal the computer's).
-        micro_batch: samples per vmap call; None for the whole batch at once.
+        micro_batch: samples per call; None for the whole batch at once.
     """
 
     def __init__(
