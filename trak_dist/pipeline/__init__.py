@@ -1,9 +1,7 @@
 """The pipeline, written once: plan → featurise shards → reduce XᵀX → factorise → score.
 
-Stages are plain classes (``Worker``, ``Reducer``) and functions (``prepare``,
-``run_pipeline``, ``finish_from_store``) with typed results; an ``Executor`` decides only where
-tasks run. This package never imports Ray, Hydra or submitit: the Ray executor is
-``trak_dist.distributed``, the SLURM array launcher is ``trak_dist.launch``.
+Plain stages (``Worker``, ``Reducer``, ``prepare``, ``run_pipeline``, ``finish_from_store``);
+an ``Executor`` decides where tasks run. Never imports Ray, Hydra or submitit.
 """
 
 from trak_dist.pipeline._tasks import ShardResult, ShardTask, auto_shard_rows, shard_plan

@@ -43,11 +43,8 @@ class TrainShardsLeft:
 
 
 class Executor(ABC):
-    """Runs the tasks of one pipeline run: the shards, and the reducer's steps.
-
-    ``run_pipeline`` calls, in order: ``session`` (around everything), ``start``,
-    ``featurize``, ``factorize``, then ``score`` once per variant.
-    """
+    """Runs the tasks of one pipeline run, called in order: ``session`` (around everything),
+    ``start``, ``featurize``, ``factorize``, then ``score`` per variant."""
 
     @contextmanager
     def session(self, cfg: JobConfig) -> Iterator[None]:

@@ -1,8 +1,5 @@
 """What the driver does before any worker starts: resolve inputs, create the store, plan shards.
-
-Every array is created here, in one process (the Zarr rule: never create or resize from
-workers); workers only write whole chunks into arrays that already exist.
-"""
+Every array is created here, in one process; workers only write whole chunks into them."""
 
 from __future__ import annotations
 

@@ -40,11 +40,8 @@ class CheckpointBinding:
         self, fingerprint: str | None, what: str | None = None, where: str | None = None
     ) -> None:
         """Raise StoreMismatchError if committed rows come from another checkpoint than
-        ``fingerprint``. Bound by a run that committed nothing, a row set takes any checkpoint.
-
-        Args:
-            what, where: the row set and the store, for the message.
-        """
+        ``fingerprint`` (a row set with nothing committed takes any); ``what``, ``where``: for
+        the message."""
         stored = self.get()
         if not fingerprint or not stored or stored == fingerprint:
             return
@@ -64,12 +61,8 @@ class CheckpointBinding:
         *,
         fresh: bool = False,
     ) -> None:
-        """Bind to the checkpoint ``fingerprint``; call before each commit. Checked once per
-        row set object unless ``fresh`` (folds, under the store lock).
-
-        Raises:
-            StoreMismatchError: committed rows come from another checkpoint.
-        """
+        """Bind to the checkpoint ``fingerprint`` before each commit (StoreMismatchError if
+        committed rows come from another). Checked once per object unless ``fresh`` (folds)."""
         if not fingerprint or (self._bound_to == fingerprint and not fresh):
             return
         self.check(fingerprint, what, where)

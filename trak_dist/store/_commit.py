@@ -19,11 +19,8 @@ from trak_dist.store._integrity import checked_read
 
 
 class CommitFlags:
-    """The ``done`` flags of a row set of ``n`` rows in chunks of ``chunk_rows``.
-
-    Args:
-        done: the ``[n_chunks]`` uint8 array, chunk size 1.
-    """
+    """The ``done`` flags (``[n_chunks]`` uint8, chunk size 1) of ``n`` rows in chunks of
+    ``chunk_rows``."""
 
     def __init__(self, done: zarr.Array[Any], n: int, chunk_rows: int) -> None:
         self.done = done
@@ -50,11 +47,8 @@ class CommitFlags:
         return c * self.chunk_rows, min(self.n, (c + 1) * self.chunk_rows)
 
     def committed(self) -> np.ndarray:
-        """``[n_chunks]`` bool: which chunks are committed.
-
-        Raises:
-            StoreDamagedError: a flag fails its checksum (``store repair`` rewrites it).
-        """
+        """``[n_chunks]`` bool: which chunks are committed (StoreDamagedError: a flag fails its
+        checksum; ``store repair`` rewrites it)."""
         no_row_needs_a_flag = np.zeros(self.n_chunks, dtype=bool)  # 0 (absent) means not done
         return checked_read(self.done, (slice(0, self.n_chunks),), no_row_needs_a_flag) != 0
 

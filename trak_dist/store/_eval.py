@@ -66,12 +66,8 @@ class EvalSet:
 
     @classmethod
     def ensure(cls, parent: zarr.Group, exp: str, settings: dict[str, Any]) -> EvalSet:
-        """The eval set of ``exp`` with ``settings`` (see ``DEFINING``), created if new and grown
-        if ``settings["num_models"]`` exceeds the stored M.
-
-        Raises:
-            StoreMismatchError: the stored ground truth was made with other settings.
-        """
+        """The eval set of ``exp`` with ``settings``, created if new and grown to
+        ``settings["num_models"]``; StoreMismatchError if stored with other ``DEFINING``."""
         n, m, num = settings["train_size"], settings["num_targets"], settings["num_models"]
         if exp in parent and "num_targets" not in group(parent, exp).attrs:
             del parent[exp]  # killed while being created (settings come last): no model is done
@@ -141,11 +137,8 @@ class EvalSet:
         return dict(self.group.attrs)
 
     def done(self) -> np.ndarray:
-        """``[M]`` bool: which subset models' margins are stored.
-
-        Raises:
-            StoreDamagedError: a done flag fails its checksum (``store repair`` decides it).
-        """
+        """``[M]`` bool: which subset models' margins are stored (StoreDamagedError: a done flag
+        fails its checksum)."""
         no_model_needs_a_flag = np.zeros(self.num_models, dtype=bool)  # absent: not done
         return checked_read(self._done, (slice(0, self.num_models),), no_model_needs_a_flag) != 0
 
@@ -192,12 +185,8 @@ class EvalSet:
         return Damage(self.masks.path, (j, 0), ((j, j + 1), (0, n)), kind)
 
     def mask(self, j: int) -> np.ndarray:
-        """``[n]`` bool: the train examples of subset model ``j`` (checked against its
-        settings: a model is never trained on a damaged subset).
-
-        Raises:
-            StoreDamagedError: the stored mask fails its checksum, is missing or differs.
-        """
+        """``[n]`` bool: the train examples of subset model ``j``, checked against its settings
+        (StoreDamagedError if damaged, missing or different: never train on a bad subset)."""
         d = self.mask_damage(j)
         if d is not None:
             raise damaged_error([d], store_location(self.group))
@@ -208,8 +197,7 @@ class EvalSet:
 
         Raises:
             StoreStateError: margins of the wrong shape.
-            NonFiniteError: a margin is NaN/inf (nothing is stored: one NaN would make the
-                Spearman correlation of every target it touches NaN).
+            NonFiniteError: a NaN/inf margin (it would make every Spearman it touches NaN).
         """
         if margins.shape != (self.margins.shape[1],):
             raise StoreStateError(
@@ -246,12 +234,8 @@ class EvalSet:
             self._done[j : j + 1] = 1
 
     def finished(self, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Masks ``[M', n]`` and margins ``[M', m]`` of the M' models that are done (among the
-        first ``limit``).
-
-        Raises:
-            StoreDamagedError: a done model's margins or mask are damaged or missing.
-        """
+        """Masks ``[M', n]`` and margins ``[M', m]`` of the done models among the first
+        ``limit`` (StoreDamagedError: a done model's margins or mask are damaged or missing)."""
         idx = np.flatnonzero(self.done()[:limit])
         masks = np.zeros((len(idx), self.masks.shape[1]), bool)
         margins = np.zeros((len(idx), self.margins.shape[1]), np.float32)

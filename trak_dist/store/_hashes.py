@@ -98,11 +98,7 @@ def check_unchanged(
     stored: np.ndarray, fresh: np.ndarray, rows: np.ndarray, what: str, where: str
 ) -> None:
     """Raise StoreMismatchError naming the ``rows`` whose ``fresh`` hashes differ from the
-    ``stored`` ones (0: never written, not compared).
-
-    Args:
-        what: ``train`` or ``target``, with the model_id, for the message.
-    """
+    ``stored`` ones (0: never written, not compared); ``what`` names them in the message."""
     changed = np.asarray(rows)[(stored != 0) & (stored != fresh)]
     if len(changed):
         raise StoreMismatchError(

@@ -94,14 +94,11 @@ class Node:
     """What a path of the store is.
 
     Attributes:
-        kind: ``root``, ``container``, ``experiment`` (``targets/<exp>``), ``rows`` (a row set or
-            one of its arrays), ``staged`` (a row set's staging area or one writer's shadow, or
-            below), ``xtx``, ``factors`` (``factor`` or below), ``scores`` (``scores/<exp>``),
-            ``score_set`` (a variant, or below), ``eval`` (``eval/<exp>``, or below), ``other``.
-        path: the node's own path, cut to the unit above (the row set, the shadow, the score
-            set, the eval set, ``xtx``, the factorisation).
-        model_id: the checkpoint (row sets and reductions), when the path names one.
-        exp: the experiment (targets, scores, eval).
+        kind: ``root``, ``container``, ``experiment``, ``rows``, ``staged``, ``xtx``,
+            ``factors``, ``scores``, ``score_set``, ``eval`` or ``other``.
+        path: the node's own path, cut to its unit (row set, shadow, score set, eval set,
+            ``xtx``, factorisation).
+        model_id, exp: the checkpoint and experiment the path names, if any.
     """
 
     kind: str

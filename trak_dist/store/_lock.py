@@ -1,9 +1,5 @@
-"""One process at a time creates or featurises a store (``<store>.lock`` beside it).
-
-Parallel jobs on one store (a sweep's SLURM jobs, traker-style one-process-per-checkpoint
-featurisation) would otherwise race to create its root group, and featurise or rewrite the
-shared factor arrays under each other's readers.
-"""
+"""One process at a time creates or featurises a store (``<store>.lock`` beside it): parallel
+jobs on one store would otherwise race to create it or rewrite factors under readers."""
 
 from __future__ import annotations
 

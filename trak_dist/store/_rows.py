@@ -27,12 +27,8 @@ from trak_dist.store._zarr import array
 
 
 class RowSet:
-    """Rows ``[0, n)`` of projected gradients in a Zarr group.
-
-    Args:
-        group: the group holding ``X`` (``[n, p]``), ``H`` (``[n]`` uint64), ``done``
-            (``[ceil(n/chunk)]``) and optionally ``Q`` (``[n]``).
-    """
+    """Rows ``[0, n)`` of projected gradients in ``group``: ``X`` ``[n, p]``, ``H`` ``[n]``
+    uint64, ``done`` ``[ceil(n/chunk)]`` and optionally ``Q`` ``[n]``."""
 
     def __init__(self, group: zarr.Group) -> None:
         self.group = group

@@ -25,12 +25,8 @@ from trak_dist.store._zarr import array, group, quiet_foreign_nodes
 
 
 class Shadow:
-    """One writer's staged rows of a row set.
-
-    Args:
-        node: the group ``staged/<writer>`` holding ``X`` (``[n, p]``), ``H`` (``[n]`` uint64),
-            ``has`` (``[n]`` uint8) and optionally ``Q`` (``[n]``).
-    """
+    """One writer's staged rows in ``node`` (``staged/<writer>``): ``X`` ``[n, p]``, ``H``
+    ``[n]`` uint64, ``has`` ``[n]`` uint8 and optionally ``Q`` ``[n]``."""
 
     def __init__(self, node: zarr.Group) -> None:
         self.name = node.basename
@@ -49,11 +45,8 @@ class Shadow:
         with_q: bool,
         checkpoint: str | None,
     ) -> Shadow:
-        """``writer``'s shadow arrays beside the row set's ``X`` (``like``), created if new.
-
-        A shadow of this writer staged from another checkpoint (the same TRAKer loading a new
-        checkpoint under one model_id) is discarded first: its rows belong to the old one.
-        """
+        """``writer``'s shadow arrays beside ``like``, created if new; a shadow staged from
+        another checkpoint (a new checkpoint under one model_id) is discarded first."""
         staged = staging(rows_group, create=True)
         assert staged is not None  # created above
         if writer in staged:
@@ -105,12 +98,8 @@ class Shadow:
         self.has.set_orthogonal_selection(inds, np.ones(len(inds), np.uint8))
 
     def rows(self, start: int, end: int) -> np.ndarray:
-        """``[end - start]`` bool: which rows of ``[start, end)`` this writer staged.
-
-        Raises:
-            StoreDamagedError: a chunk of the flags fails its checksum. (A missing flag chunk
-                reads as "not staged": those rows are featurised again, which is safe.)
-        """
+        """``[end - start]`` bool: which rows this writer staged (StoreDamagedError: a flag chunk
+        fails its checksum; a missing one reads "not staged", which is safe)."""
         none = np.zeros(end - start, dtype=bool)  # no row must hold a flag: checksum only
         return checked_read(self.has, (slice(start, end),), none).astype(bool)
 

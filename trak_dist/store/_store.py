@@ -64,11 +64,8 @@ class FeatureStore:
 
     @classmethod
     def open(cls, path: str | Path, mode: str = "r+", check: bool = True) -> FeatureStore:
-        """Open an existing store; its spec is read from its metadata.
-
-        Raises:
-            StoreStateError: no store there, or (``check``) some of its metadata is unreadable.
-        """
+        """Open an existing store, its spec read from its metadata (StoreStateError: none there,
+        or with ``check``, unreadable metadata)."""
         where = str(path)
         if check:
             check_metadata(where)
@@ -91,12 +88,8 @@ class FeatureStore:
     ) -> FeatureStore:
         """Open the store at ``path`` if it holds compatible features, else create it.
 
-        Args:
-            row_hashes: the train set's ``[n]`` row hashes (what ``spec.dataset_fingerprint``
-                was computed from), to name the rows that changed when the fingerprints differ.
-
-        Raises:
-            StoreMismatchError: the store exists with other settings (see FeatureSpec).
+        ``row_hashes``: the train set's ``[n]`` row hashes, to name changed rows when the
+        fingerprints differ. Raises StoreMismatchError for other settings (see FeatureSpec).
         """
         where = str(path)
         compressors(codec)  # validate the name before touching disk
@@ -155,12 +148,8 @@ class FeatureStore:
         return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q)
 
     def bind(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
-        """Bind ``rows`` to the checkpoint that featurises them; call before each commit
-        (see ``CheckpointBinding.bind``; checked once per row set and store object).
-
-        Raises:
-            StoreMismatchError: committed rows of ``rows`` come from another checkpoint.
-        """
+        """Bind ``rows`` to the checkpoint that featurises them before each commit
+        (``CheckpointBinding.bind``); StoreMismatchError if committed rows come from another."""
         if not fingerprint or rows.group.path in self._bound:
             return
         rows.bind(fingerprint, what, self.where)

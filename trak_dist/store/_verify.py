@@ -154,12 +154,8 @@ def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
 
 
 def verify(path: str | Path) -> Report:
-    """Check every committed chunk, reduction and metadata file of the local store ``path``.
-
-    Raises:
-        StoreStateError: no store there, or its root metadata is unreadable (not repairable).
-        StoreMismatchError: a store of another format version.
-    """
+    """Check every committed chunk, reduction and metadata file of the local store ``path``
+    (StoreStateError: no store or unreadable root metadata; StoreMismatchError: other version)."""
     where = str(path)
     base = Path(where)
     if "://" in where or not base.is_dir():
