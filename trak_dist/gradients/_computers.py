@@ -76,10 +76,8 @@ class GradientComputer:
 
 
 class IterativeGradientComputer(GradientComputer):
-    """The same gradients, one ``torch.autograd.grad`` call per sample.
-
-    Slow; a fallback for models torch.func cannot trace, and the tests' reference.
-    """
+    """The same gradients, one ``torch.autograd.grad`` call per sample (slow: a fallback for
+    models torch.func cannot trace, and the tests' reference)."""
 
     def per_sample_grads(self, batch: Batch) -> dict[str, Tensor]:
         batch = to_device(batch, self.device)

@@ -38,11 +38,8 @@ def hooks_unsupported(model: nn.Module, task: Any, grad_wrt: Iterable[str] | Non
 def resolve_engine(
     engine: str, model: nn.Module, task: Any, grad_wrt: Iterable[str] | None = None
 ) -> str:
-    """``vmap`` or ``hooks`` for ``engine`` (``auto`` resolved as the module docstring says).
-
-    Raises:
-        ConfigError: ``hooks`` was asked for but cannot run this model and task.
-    """
+    """``vmap`` or ``hooks`` for ``engine`` (``auto`` as the module docstring says); ConfigError
+    when ``hooks`` cannot run this model and task."""
     if engine not in ENGINES:
         raise ConfigError(f"gradient_engine={engine!r}; expected one of {ENGINES}.")
     if engine == "vmap":

@@ -22,12 +22,8 @@ Blocks = list[GradBlock | FactorBlock]
 
 
 class Rule(ABC):
-    """Per-sample gradients of one module type's own parameters.
-
-    Attributes:
-        params: the local parameter names the rule covers.
-        keeps_output: whether ``blocks`` needs the module's output.
-    """
+    """Per-sample gradients of one module type's own parameters (``params``: local names
+    covered; ``keeps_output``: ``blocks`` needs the module's output)."""
 
     params: tuple[str, ...] = ("weight", "bias")
     keeps_output = False
@@ -49,15 +45,9 @@ class Rule(ABC):
         grad: Tensor,
         offsets: dict[str, int],
     ) -> Blocks:
-        """The selected parameters' per-sample gradients of one call of ``module``.
-
-        Args:
-            module: the module.
-            inputs: its positional inputs (detached), batch first.
-            output: its output (detached) when ``keeps_output``, else None.
-            grad: ``δ``, the gradient of the summed model outputs w.r.t. its output.
-            offsets: global offset of each selected local parameter.
-        """
+        """The selected parameters' per-sample gradients of one call of ``module``, from its
+        detached ``inputs`` (batch first), ``output`` (when ``keeps_output``), ``grad`` δ and
+        the global ``offsets`` of its selected local parameters."""
 
 
 def first_input(module: nn.Module, inputs: tuple[Any, ...]) -> Tensor:

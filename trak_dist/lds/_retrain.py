@@ -1,8 +1,5 @@
 """One subset model: train it with the user's recipe, measure its output on every target.
-
-A plain class (no Ray): the evaluation driver wraps ``SubsetTrainer.margins`` in a Ray task, and
-the tests call it directly.
-"""
+A plain class: the eval driver wraps ``SubsetTrainer.margins`` in a Ray task."""
 
 from __future__ import annotations
 

@@ -22,12 +22,8 @@ class ProjectionKind(str, enum.Enum):
 
 
 class GradBlock(NamedTuple):
-    """Per-sample gradients of one parameter, placed at its rows of the flat gradient.
-
-    Attributes:
-        offset: global row of the block's first entry in the flattened gradient.
-        grad: ``[B, n]`` gradients (any float dtype); row ``offset + k`` of P meets column ``k``.
-    """
+    """Per-sample gradients ``grad`` ``[B, n]`` of one parameter, whose column ``k`` meets row
+    ``offset + k`` of P."""
 
     offset: int
     grad: torch.Tensor
@@ -94,12 +90,8 @@ MAX_MODEL_ID = 2**32
 
 
 def as_blocks(grads: GradInput) -> list[GradBlock]:
-    """Normalise ``[B, d]``, a dict of per-parameter ``[B, *shape]`` grads, or blocks to blocks
-    (factor blocks are formed).
-
-    A dict is laid out in its iteration order, which for vmap output is ``named_parameters()``
-    order: the layout that defines the rows of P.
-    """
+    """Normalise ``[B, d]``, a dict of ``[B, *shape]`` grads (laid out in iteration order:
+    ``named_parameters()`` for vmap, which defines P's rows), or blocks to formed blocks."""
     if isinstance(grads, torch.Tensor):
         if grads.dim() != 2:
             raise ConfigError(
@@ -134,10 +126,8 @@ def check_model_id(model_id: int) -> int:
 
 
 class Projector(ABC):
-    """Computes ``Pᵀ g`` for a batch of gradients, ``P`` defined by ``docs/projection.md``.
-
-    The 1/sqrt(d) scaling of TRAK is applied by the caller, not here.
-    """
+    """Computes ``Pᵀ g`` for a batch of gradients (``docs/projection.md``); the caller applies
+    TRAK's 1/sqrt(d)."""
 
     kind: ProjectionKind
 

@@ -1,8 +1,5 @@
-"""The CUDA projector: ``cuda_ext``'s Rademacher kernel (``_cuda_lib``), called through ctypes.
-
-Kernels are queued on torch's current stream of the gradients' device, so they order with the
-surrounding torch work without syncs.
-"""
+"""The CUDA projector: ``cuda_ext``'s Rademacher kernel via ctypes, queued on torch's current
+stream of the gradients' device (ordered with torch work, no syncs)."""
 
 from __future__ import annotations
 
@@ -43,11 +40,8 @@ __all__ = [
 
 
 def cuda_device(device: torch.device | str) -> torch.device:
-    """The CUDA device the kernel would run on, with its index resolved.
-
-    Raises:
-        CudaExtUnavailableError: torch has no CUDA, no GPU is visible, or the GPU is too old.
-    """
+    """The CUDA device the kernel would run on, index resolved (CudaExtUnavailableError: no
+    CUDA torch, no visible GPU, or one too old)."""
     device = torch.device(device)
     if device.type != "cuda":
         raise CudaExtUnavailableError(
@@ -175,11 +169,8 @@ def _kernel_input(g: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _self_check(lib: CudaLibrary, device: torch.device, f32_terms: int) -> None:
-    """Project a small fp32 batch (two blocks, one beyond row 2³²) and compare with fp64.
-
-    Catches a library that cannot run here (no kernel image for this GPU, a driver older than
-    the toolkit) or computes wrong numbers, so ``make_projector`` falls back instead.
-    """
+    """Project a small fp32 batch (two blocks, one beyond row 2³²) and compare with fp64, so a
+    library that cannot run here or computes wrong numbers makes ``make_projector`` fall back."""
     key = (lib.path, device.index or 0, f32_terms)
     if key in _CHECKED:
         return

@@ -1,9 +1,5 @@
-"""ctypes bindings of ``cuda_ext/build/libtrak_proj.so``: loading, ABI check, calls.
-
-``libtrak_proj.so`` (built by ``make cuda`` in a checkout, ``trak-dist build-cuda`` in an
-installed package) exposes a plain C ABI and carries its own statically linked CUDA runtime, so it
-works next to any torch build and loads on machines without a GPU (its host-side hash checks then
-still run)."""
+"""ctypes bindings of ``cuda_ext/build/libtrak_proj.so`` (``make cuda`` / ``trak-dist
+build-cuda``): a plain C ABI with a static CUDA runtime, loadable without a GPU."""
 
 from __future__ import annotations
 

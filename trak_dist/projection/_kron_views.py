@@ -14,11 +14,8 @@ from trak_dist.errors import ConfigError
 
 
 class ParamView(NamedTuple):
-    """One parameter's rows of the flat gradient, seen as a ``[rows, cols]`` matrix.
-
-    Entry ``offset + r·cols + c`` of the flat gradient is ``G[r, c]``; the last row is padded
-    with zeros when ``cols`` does not divide ``numel``.
-    """
+    """One parameter's rows of the flat gradient as a ``[rows, cols]`` matrix: entry
+    ``offset + r·cols + c`` is ``G[r, c]`` (the last row zero-padded)."""
 
     offset: int
     numel: int

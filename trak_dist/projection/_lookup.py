@@ -29,14 +29,8 @@ def groups_per_call(batch: int) -> int:
 
 
 def lookup_accumulate(acc_t: torch.Tensor, grads_t: torch.Tensor, packed: torch.Tensor) -> None:
-    """``acc_t += (grads_t.T @ P_block).T`` for the rows of P that ``packed`` holds.
-
-    Args:
-        acc_t: ``[p, B]`` float32 accumulator (the projection, transposed), updated in place.
-        grads_t: ``[8·G, B]`` float32 contiguous: the gradient entries of the block's rows,
-            transposed (B innermost, the layout of a table row).
-        packed: ``[p, G]`` uint8 packed signs of those rows (``packed_rademacher``).
-    """
+    """``acc_t += (grads_t.T @ P_block).T`` for the rows of P that ``packed`` (``[p, G]`` uint8)
+    holds; ``acc_t`` ``[p, B]`` float32 in place, ``grads_t`` ``[8·G, B]`` float32 contiguous."""
     p, batch = acc_t.shape
     n_groups = packed.shape[1]
     if n_groups == 0:

@@ -55,15 +55,9 @@ def packed_rademacher(
     device: torch.device | str = "cpu",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rows ``[8·group_start, 8·group_end)`` of the Rademacher P, eight rows per byte.
-
-    Args:
-        out: where to write the result (a ``[proj_dim, groups]`` uint8 view), if given.
-
-    Returns:
-        ``[proj_dim, group_end - group_start]`` uint8; bit ``k`` of ``[j, g]`` is set where
-        ``P[8·(group_start + g) + k, j] = −1``.
-    """
+    """Rows ``[8·group_start, 8·group_end)`` of the Rademacher P, eight rows per byte:
+    ``[proj_dim, groups]`` uint8 (into ``out`` if given), bit ``k`` of ``[j, g]`` set where
+    ``P[8·(group_start + g) + k, j] = −1``."""
     n_groups = group_end - group_start
     if out is None:
         out = torch.empty(proj_dim, n_groups, dtype=torch.uint8, device=device)

@@ -31,15 +31,8 @@ def philox4x32(
     k0: int,
     k1: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Philox4x32-10 on broadcastable int64 tensors holding uint32 words.
-
-    Args:
-        c0, c1, c2, c3: counter words, each an int64 tensor with values in [0, 2**32).
-        k0, k1: key words in [0, 2**32).
-
-    Returns:
-        The four output words as int64 tensors with values in [0, 2**32).
-    """
+    """Philox4x32-10 on broadcastable int64 tensors holding uint32 words: counter words
+    ``c0..c3`` and key words ``k0, k1`` in [0, 2**32); returns the four output words."""
     c0, c1, c2, c3 = torch.broadcast_tensors(c0, c1, c2, c3)
     for r in range(ROUNDS):
         if r:

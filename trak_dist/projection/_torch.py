@@ -1,9 +1,6 @@
-"""The torch projector: P from the reference hash, multiplied with torch kernels on any device.
-
-It is the default on CPU. A Rademacher P is kept packed at one bit per entry and generated once
-per checkpoint (``_packed.py``); on CPU, at p ≥ ``LOOKUP_MIN_DIM``, ``Pᵀg`` is computed by table
-lookup (``_lookup.py``), elsewhere by expanding row blocks of P to float32 for a matmul.
-"""
+"""The torch projector: P from the reference hash, on any device (the default on CPU).
+Rademacher P is kept packed (``_packed.py``); ``Pᵀg`` by table lookup on CPU at
+p ≥ ``LOOKUP_MIN_DIM`` (``_lookup.py``), else by float32 row blocks and a matmul."""
 
 from __future__ import annotations
 
