@@ -61,11 +61,8 @@ class Featurizer:
         self.normalize_factor = normalize_factor(computer.layout.grad_dim, projector, micro_batch)
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
-        """``[B, p]`` float32 projected, scaled gradients (on the CPU).
-
-        Raises:
-            LabelError: a label is outside the model's classes (positions in ``batch``).
-        """
+        """``[B, p]`` float32 projected, scaled gradients on the CPU (LabelError: a label
+        outside the model's classes, at its batch position)."""
         out = []
         for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
             with _in_batch(start, mb):
@@ -73,11 +70,8 @@ class Featurizer:
         return torch.cat(out)
 
     def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
-        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU).
-
-        Raises:
-            LabelError: a label is outside the model's classes (positions in ``batch``).
-        """
+        """``([B, p], [B])``: projected gradients and Q, float32 on the CPU (LabelError as
+        :meth:`project`)."""
         xs, qs = [], []
         for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
             with _in_batch(start, mb):

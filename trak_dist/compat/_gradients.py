@@ -22,13 +22,10 @@ _FUNCTIONAL_TRAKER_TASKS = (
 
 
 class TrakerGradients:
-    """A traker gradient computer, constructed and called as traker's TRAKer does.
-
-    Built as ``cls(model=, task=, grad_dim=, dtype=, device=, grad_wrt=)``; reloaded with
-    ``load_model_params(model)`` per checkpoint; ``compute_per_sample_grad(batch)`` goes to the
-    projector as it is, ``compute_loss_grad(batch)`` gives Q. ``dtype``/``device`` are traker's
-    arguments (float16 with ``use_half_precision``).
-    """
+    """A traker gradient computer, constructed and called as traker's TRAKer does:
+    ``cls(model=, task=, grad_dim=, dtype=, device=, grad_wrt=)``, ``load_model_params`` per
+    checkpoint, ``compute_per_sample_grad`` (to the projector as it is) and
+    ``compute_loss_grad`` (Q)."""
 
     def __init__(
         self,

@@ -45,11 +45,8 @@ class SaverView:
 
     @property
     def experiments(self) -> dict[str, dict[str, Any]]:
-        """``{exp: {"num_targets", "scores_path", "scores_finalized"}}`` as in traker.
-
-        ``scores_path`` is the Zarr array ``S`` (``[n, m]`` float32) of this TRAKer's variant;
-        read it with ``zarr.open_array(path)[:]`` (traker's is a ``.mmap`` numpy file).
-        """
+        """``{exp: {"num_targets", "scores_path", "scores_finalized"}}`` as in traker;
+        ``scores_path`` is the Zarr array ``S`` (read it with ``zarr.open_array(path)[:]``)."""
         out = {}
         for exp in self._store.experiments():
             scores = self._store.score_set(exp, self._variant)

@@ -1,9 +1,6 @@
 """The Ray executor: hands shards to worker actors, forwards partial XᵀX to the reducer actor.
-
-State lives in one dataclass; the loop waits on ``ray.wait(..., timeout=…)``. A worker that dies
-is replaced and its shard rerun, a shard that raises is retried, as ``RetryPolicy`` allows.
-Committed chunks survive any failure, so rerunning a killed job resumes where it stopped.
-"""
+State lives in one dataclass; the loop polls ``ray.wait``. Dead workers are replaced and failed
+shards retried as ``RetryPolicy`` allows; committed chunks survive, so reruns resume."""
 
 from __future__ import annotations
 
@@ -56,11 +53,8 @@ def run_job(
 
 
 class RayExecutor(Executor):
-    """Shards on worker actors (one per slot, replaced when they die), the reducer in an actor.
-
-    Args:
-        keep_alive: keep Ray and the reducer for the next run in this process (sweeps).
-    """
+    """Shards on worker actors (one per slot, replaced when they die), the reducer in an actor;
+    ``keep_alive`` keeps Ray and the reducer for the next run in this process (sweeps)."""
 
     def __init__(self, keep_alive: bool = False) -> None:
         self.keep_alive = keep_alive

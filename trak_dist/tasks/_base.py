@@ -64,12 +64,8 @@ class ModelOutput(ABC):
 
 class BatchedOutput(ModelOutput):
     """A task written once, for a batch: subclasses implement ``outputs(model, params, batch)
-    -> [B]``; the per-sample entry (vmap) runs it on a batch of one with ``functional_call``
-    parameters, the hook engine's entry on the whole batch with the model's own.
-
-    Args:
-        temperature: softmax temperature of Q.
-    """
+    -> [B]``; the vmap entry runs it on a batch of one with ``functional_call`` parameters, the
+    hook engine's on the whole batch with the model's own. ``temperature``: of Q's softmax."""
 
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
@@ -96,11 +92,8 @@ class BatchedOutput(ModelOutput):
 
 def valid_labels(logits: Tensor, labels: Tensor) -> Tensor:
     """``[B]`` bool: which labels are one of the ``C`` classes of ``logits`` ``[B, C]``.
-
-    Raises:
-        LabelError: a label outside ``[0, C)``, when values can be read; under vmap they cannot,
-            and the caller poisons those outputs with NaN, which the store refuses to commit.
-    """
+    LabelError for one outside ``[0, C)`` when values can be read; under vmap the caller
+    poisons those outputs with NaN instead, which the store refuses to commit."""
     classes = int(logits.shape[-1])
     valid = (labels >= 0) & (labels < classes)
     try:

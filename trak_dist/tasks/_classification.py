@@ -14,11 +14,8 @@ from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 
 class ImageClassification(ModelOutput):
-    """f = log p/(1−p) of the label's class; a sample is ``(image, label)``.
-
-    Args:
-        temperature: softmax temperature of Q.
-    """
+    """f = log p/(1−p) of the label's class; a sample is ``(image, label)``; ``temperature``:
+    of Q's softmax."""
 
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
