@@ -70,13 +70,11 @@ class TRAKer:
     Args:
         overwrite: delete the store at ``save_dir`` first.
         micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
-        gradient_engine: ``auto`` (module hooks when the task has ``get_outputs`` and every
-            selected parameter has a hook rule, else vmap), ``vmap`` or ``hooks``; used when no
-            ``gradient_computer`` class is given (a given class is used as it is).
+        gradient_engine: ``auto``, ``vmap`` or ``hooks`` (see ``make_computer``), when no
+            ``gradient_computer`` class is given.
         projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
-        dataset_fingerprint: identifies the train set in the store's metadata (rows are also
-            hashed, so changed data is an error whatever this says).
+        dataset_fingerprint: names the train set in the store (rows are hashed regardless).
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.
     """
@@ -234,19 +232,8 @@ class TRAKer:
                 "Load a checkpoint using traker.load_checkpoint before featurizing "
                 "(load_checkpoint(checkpoint, model_id))."
             )
-        self._write(self._train, batch, inds, num_samples, with_q=True)
-
-    def _write(
-        self,
-        tracker: RowTracker,
-        batch: Batch,
-        inds: Iterable[int] | None,
-        num_samples: int | None,
-        with_q: bool,
-    ) -> None:
-        assert self._model_id is not None  # set together with every tracker
         write_batch(
-            self.store, self.featurizer, tracker, self._model_id, batch, inds, num_samples, with_q
+            self.store, self.featurizer, self._train, self._model_id, batch, inds, num_samples
         )
 
     def finalize_features(
@@ -290,7 +277,8 @@ class TRAKer:
                 "call start_scoring_checkpoint(exp_name, checkpoint, model_id, num_targets) "
                 "before score."
             )
-        self._write(self._targets, batch, inds, num_samples, with_q=False)
+        targets, model_id = self._targets, self._model_id
+        write_batch(self.store, self.featurizer, targets, model_id, batch, inds, num_samples, False)
 
     def finalize_scores(
         self, exp_name: str, model_ids: Iterable[int] | None = None, allow_skip: bool = False

@@ -23,13 +23,14 @@ def write_batch(
     store: FeatureStore,
     featurizer: Featurizer | DirectFeaturizer,
     tracker: RowTracker,
-    model_id: int,
+    model_id: int | None,
     batch: Batch,
     inds: Iterable[int] | None,
     num_samples: int | None,
-    with_q: bool,
+    with_q: bool = True,
 ) -> None:
     """Featurise the rows of ``batch`` nobody has featurised yet (a rerun skips the rest)."""
+    assert model_id is not None  # the current checkpoint, set together with every tracker
     rows = tracker.take(inds, num_samples)
     if len(rows) != batch_size(batch):
         raise ConfigError(
