@@ -10,12 +10,7 @@ from torch import Tensor
 
 from trak_dist.batches import Batch, batch_size, micro_batches
 from trak_dist.errors import ConfigError, LabelError
-from trak_dist.gradients import (
-    GradientComputer,
-    HookGradientComputer,
-    ParamLayout,
-    kronecker_views,
-)
+from trak_dist.gradients import GradientComputer, HookGradientComputer, ParamLayout, kronecker_views
 from trak_dist.projection import (
     FactorBlock,
     GradBlock,

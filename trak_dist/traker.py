@@ -30,12 +30,7 @@ from trak_dist.compat import (
     write_batch,
     writer_name,
 )
-from trak_dist.errors import (
-    ConfigError,
-    StoreMismatchError,
-    StoreStateError,
-    TrakerUsageError,
-)
+from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, TrakerUsageError
 from trak_dist.gradients import GradientComputer
 from trak_dist.gradients import make_computer as engine_computer
 from trak_dist.pipeline import Reducer, ScoreRequest
@@ -221,10 +216,7 @@ class TRAKer:
         self._train = self._track(rows, fingerprint, model_id)
 
     def featurize(
-        self,
-        batch: Batch,
-        inds: Iterable[int] | None = None,
-        num_samples: int | None = None,
+        self, batch: Batch, inds: Iterable[int] | None = None, num_samples: int | None = None
     ) -> None:
         """Project the per-sample gradients of ``batch`` into rows ``inds`` of X (and Q)."""
         if self._train is None:
@@ -266,10 +258,7 @@ class TRAKer:
         self._targets = self._track(rows, fingerprint, model_id)
 
     def score(
-        self,
-        batch: Batch,
-        inds: Iterable[int] | None = None,
-        num_samples: int | None = None,
+        self, batch: Batch, inds: Iterable[int] | None = None, num_samples: int | None = None
     ) -> None:
         """Featurise a batch of targets for the current scoring checkpoint."""
         if self._targets is None:

@@ -88,11 +88,7 @@ def _weighted_spearman(op: np.ndarray, oa: np.ndarray, weights: np.ndarray) -> n
 
 
 def lds(
-    pred: np.ndarray,
-    actual: np.ndarray,
-    bootstrap: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
+    pred: np.ndarray, actual: np.ndarray, bootstrap: int = 1000, level: float = 0.95, seed: int = 0
 ) -> LDSResult:
     """The LDS of predictions ``pred`` against measured outputs ``actual``, both ``[M, m]``.
 

@@ -8,13 +8,7 @@ from trak_dist.pipeline._tasks import ShardResult, ShardTask, auto_shard_rows, s
 from trak_dist.pipeline.executor import Executor, InProcessExecutor, reducer_device
 from trak_dist.pipeline.plan import Prepared, check_combination, prepare
 from trak_dist.pipeline.reducer import Reducer
-from trak_dist.pipeline.results import (
-    FeaturizeReport,
-    JobResult,
-    ScoreRequest,
-    ScoreResult,
-    TopK,
-)
+from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult, TopK
 from trak_dist.pipeline.run import absolute_store, finish_from_store, run_pipeline
 from trak_dist.pipeline.worker import Worker
 

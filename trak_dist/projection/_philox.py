@@ -24,12 +24,7 @@ def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def philox4x32(
-    c0: torch.Tensor,
-    c1: torch.Tensor,
-    c2: torch.Tensor,
-    c3: torch.Tensor,
-    k0: int,
-    k1: int,
+    c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor, k0: int, k1: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Philox4x32-10 on broadcastable int64 tensors holding uint32 words: counter words
     ``c0..c3`` and key words ``k0, k1`` in [0, 2**32); returns the four output words."""

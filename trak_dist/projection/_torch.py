@@ -23,10 +23,7 @@ from trak_dist.projection._generate import normal_block, rademacher_block
 from trak_dist.projection._lookup import lookup_accumulate, run_threads
 from trak_dist.projection._packed import PACK, expand_packed, packed_rademacher
 
-_GENERATORS = {
-    ProjectionKind.RADEMACHER: rademacher_block,
-    ProjectionKind.NORMAL: normal_block,
-}
+_GENERATORS = {ProjectionKind.RADEMACHER: rademacher_block, ProjectionKind.NORMAL: normal_block}
 # below this p the lookup tables (256 entries per 8 rows) cost more than they save over a
 # float32 matmul (measured crossover ~600 at batch 64 on CPU; benchmarks/dense_cnn.py)
 LOOKUP_MIN_DIM = 1024

@@ -50,11 +50,7 @@ class Factorization:
 
     @classmethod
     def of(
-        cls,
-        xtx: np.ndarray,
-        train_size: int,
-        device: torch.device | str = "cpu",
-        context: str = "",
+        cls, xtx: np.ndarray, train_size: int, device: torch.device | str = "cpu", context: str = ""
     ) -> Factorization:
         """Raises NonFiniteError for an XᵀX with NaN/inf entries (``context`` names it)."""
         if not np.isfinite(xtx).all():

@@ -20,12 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import (
-    NonFiniteError,
-    StoreDamagedError,
-    StoreMismatchError,
-    StoreStateError,
-)
+from trak_dist.errors import NonFiniteError, StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import (
     Damage,
@@ -90,25 +85,15 @@ class EvalSet:
                 ev._grow(num)
             return ev
         node = parent.require_group(exp)
-        node.create_array(
-            "masks",
-            shape=(num, n),
-            chunks=(1, n),
-            dtype="bool",
-            compressors=CHECKSUM,
-            fill_value=False,
-        )
-        node.create_array(
-            "margins",
-            shape=(num, m),
-            chunks=(1, m),
-            dtype="float32",
-            compressors=CHECKSUM,
-            fill_value=np.nan,
-        )
-        node.create_array(
-            "done", shape=(num,), chunks=(1,), dtype="uint8", compressors=CHECKSUM, fill_value=0
-        )
+        for name, cols, dtype, fill in (
+            ("masks", (n,), "bool", False),
+            ("margins", (m,), "float32", np.nan),
+            ("done", (), "uint8", 0),
+        ):
+            shape, chunks = (num, *cols), (1, *cols)
+            node.create_array(
+                name, shape=shape, chunks=chunks, dtype=dtype, compressors=CHECKSUM, fill_value=fill
+            )
         ev = cls(node)
         ev._write_masks(0, num, settings)
         node.attrs.update(settings)  # last: attrs present means the masks are written

@@ -74,12 +74,7 @@ class RowSet:
             if name == "Q" and not with_q:
                 continue
             group.create_array(
-                name,
-                shape=(n,),
-                chunks=(rows,),
-                dtype=kind,
-                compressors=CHECKSUM,
-                fill_value=fill,
+                name, shape=(n,), chunks=(rows,), dtype=kind, compressors=CHECKSUM, fill_value=fill
             )
         CommitFlags.create(group, n, rows)
         return cls(group)
@@ -122,11 +117,7 @@ class RowSet:
 
     # ---- rows ----------------------------------------------------------------------------------
     def write(
-        self,
-        start: int,
-        x: np.ndarray,
-        q: np.ndarray | None = None,
-        h: np.ndarray | None = None,
+        self, start: int, x: np.ndarray, q: np.ndarray | None = None, h: np.ndarray | None = None
     ) -> None:
         """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring)."""
         end = start + x.shape[0]
