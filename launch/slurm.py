@@ -7,8 +7,7 @@
 ``ray``: one allocation of N nodes running a Ray cluster, the driver on the head (``--eval``:
 ``trak-dist eval``'s driver). ``array``: K array tasks featurise shards with the plain Worker
 (requeued on preemption, skipping committed chunks), then a dependent job reduces and scores.
-Trailing arguments are Hydra overrides; ``--local`` uses submitit's local executor.
-"""
+Trailing arguments are Hydra overrides; ``--local`` uses submitit's local executor."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """``trak-dist build-cuda``: compile the CUDA projection kernel where this trak_dist looks for it.
 
 The distribution carries sources, not a binary (a binary is tied to a toolkit, GPU
-architectures and a driver only the target machine knows); this runs their own Makefile.
-"""
+architectures and a driver only the target machine knows); this runs their own Makefile."""
 
 from __future__ import annotations
 

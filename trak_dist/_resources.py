@@ -3,8 +3,7 @@
 The repository keeps them at its top level (``conf/``, ``cuda_ext/``); a built distribution (wheel,
 sdist, ``pip install .``) maps them into the package (``trak_dist/conf``, ``trak_dist/cuda_ext``;
 pyproject.toml's ``package-dir``). An installed trak_dist finds them inside itself, a checkout
-(editable install, or the code ``ray job submit --working-dir`` uploads) next to itself.
-"""
+(editable install, or the code ``ray job submit --working-dir`` uploads) next to itself."""
 
 from __future__ import annotations
 

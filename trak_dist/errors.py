@@ -25,8 +25,7 @@ class TrakerUsageError(TrakDistError, AssertionError):
     """A TRAKer method was called out of order or with conflicting arguments.
 
     Also an ``AssertionError``: traker 0.3.2 asserts in these places, and code written for it
-    catches ``AssertionError``.
-    """
+    catches ``AssertionError``."""
 
 
 class StoreDamagedError(StoreStateError):

@@ -2,8 +2,7 @@
 
 Shared by the CLI, the SLURM launcher and the Ray driver: a Ray actor's error as itself, an
 OSError or corrupt file naming the path, Ctrl-C as how to resume; ``TRAK_DIST_DEBUG=1`` adds
-the traceback. Anything else is a bug and keeps its traceback. Never imports Ray.
-"""
+the traceback. Anything else is a bug and keeps its traceback. Never imports Ray."""
 
 from __future__ import annotations
 

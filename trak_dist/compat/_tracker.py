@@ -18,8 +18,7 @@ class RowTracker:
 
     ``done`` is a load-time snapshot of rows committed or staged from ``checkpoint`` (rows
     staged later elsewhere are recomputed: only work is lost). Writes stage under ``writer``
-    with item hashes, and fold whole chunks at once when the store lock is free.
-    """
+    with item hashes, and fold whole chunks at once when the store lock is free."""
 
     def __init__(self, rows: RowSet, where: str, writer: str, checkpoint: str) -> None:
         self.rows = rows

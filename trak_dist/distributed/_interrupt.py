@@ -1,8 +1,7 @@
 """Ctrl-C for a driver that spends its time inside Ray's blocking calls.
 
 ``ray.wait``/``ray.get`` can absorb the KeyboardInterrupt raised while they block (a job ran to
-its end, exit 0, after a SIGINT), so Ctrl-C also sets a flag the driver checks every ``POLL_S``.
-"""
+its end, exit 0, after a SIGINT), so Ctrl-C also sets a flag the driver checks every ``POLL_S``."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 One task per model (``eval.cpus_per_model`` / ``gpus_per_model``) on the featurisation's cluster
 kinds. The driver alone writes the store (margins, then done flag): a killed evaluation keeps
-what finished, a rerun trains the rest.
-"""
+what finished, a rerun trains the rest."""
 
 from __future__ import annotations
 
@@ -135,8 +134,7 @@ def _train_all(
 
     Running tasks are never cancelled on failure or Ctrl-C: ``ray.cancel`` racing a reply
     aborts the driver process (ray-project/ray#54846). A Ray started here is shut down, which
-    stops them; on a joined cluster they finish unused.
-    """
+    stops them; on a joined cluster they finish unused."""
     task = ray.remote(_train_one).options(
         num_cpus=cfg.eval.cpus_per_model,
         num_gpus=cfg.eval.gpus_per_model,

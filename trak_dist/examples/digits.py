@@ -2,8 +2,7 @@
 
 The first 1500 images train, the other 297 are targets. Checkpoints are trained on first use and
 cached under ``$TRAK_DIST_CACHE`` (default ``.trak_cache``). ``train_subset`` is the recipe
-``trak-dist eval`` retrains; ``arch="cnn"`` / ``"transformer"`` serve the LDS benchmark.
-"""
+``trak-dist eval`` retrains; ``arch="cnn"`` / ``"transformer"`` serve the LDS benchmark."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ right-padded with 0, second half segment 1; checkpoints cached like ``examples/d
         model.factory=trak_dist.examples.tiny_bert:make_model \\
         model.checkpoints=trak_dist.examples.tiny_bert:checkpoints \\
         data.train=trak_dist.examples.tiny_bert:train_set \\
-        data.targets=trak_dist.examples.tiny_bert:target_set
-"""
+        data.targets=trak_dist.examples.tiny_bert:target_set"""
 
 from __future__ import annotations
 

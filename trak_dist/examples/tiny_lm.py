@@ -9,8 +9,7 @@ piece is a target. Checkpoints are trained on first use and cached like ``exampl
         model.checkpoints=trak_dist.examples.tiny_lm:checkpoints \\
         data.train=trak_dist.examples.tiny_lm:train_set \\
         data.targets=trak_dist.examples.tiny_lm:target_set \\
-        proj_dim=256 lambda_reg=1e-2
-"""
+        proj_dim=256 lambda_reg=1e-2"""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ class GradientComputer:
     """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``).
 
     The model is put in eval mode, so a sample's gradient does not depend on its batch
-    (BatchNorm running statistics, no Dropout).
-    """
+    (BatchNorm running statistics, no Dropout)."""
 
     def __init__(
         self,

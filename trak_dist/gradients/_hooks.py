@@ -41,8 +41,7 @@ class ModuleHookManager:
 
         ``root`` (a zero scalar requiring grad) is added to hooked outputs that do not require
         grad, so δ is computed even when no weight requires grad. Captures do not nest
-        (RuntimeError).
-        """
+        (RuntimeError)."""
         if self._on_grad is not None:
             raise RuntimeError("ModuleHookManager.capture is already active; captures do not nest")
         handles: list[RemovableHandle] = []

@@ -3,8 +3,7 @@
 Supported: ``nn.LayerNorm``, ``nn.RMSNorm`` (trailing dims); ``nn.GroupNorm``,
 ``nn.BatchNorm1d/2d/3d`` with running statistics (per channel); Hugging Face ``*RMSNorm`` with
 one 1-D ``weight``, where x̂ is the module's output with unit weight and every call checks
-``y = w ⊙ x̂`` (so Gemma's ``(1 + w) ⊙ x̂`` is an error, not wrong gradients).
-"""
+``y = w ⊙ x̂`` (so Gemma's ``(1 + w) ⊙ x̂`` is an error, not wrong gradients)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ inputs ``a`` and its output gradient ``δ``.
 Matrix weights come out as :class:`FactorBlock` s (Σ_t left_t ⊗ right_t), the rest as
 :class:`GradBlock` s. Supported: ``nn.Linear``, HF ``Conv1D``, ``nn.Conv1d/2d`` with
 ``groups=1`` (Linear on the unfolded input), ``nn.Embedding`` without ``max_norm`` /
-``scale_grad_by_freq``, and the normalisation layers of ``_norms.py``.
-"""
+``scale_grad_by_freq``, and the normalisation layers of ``_norms.py``."""
 
 from __future__ import annotations
 

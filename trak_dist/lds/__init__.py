@@ -2,8 +2,7 @@
 
 The measurement only (metric, LDS of score sets, tables, ``SubsetTrainer``); running subset
 models is ``trak_dist.distributed.eval_driver``'s, which imports this package, never the
-reverse (docs/design.md, "Import rules").
-"""
+reverse (docs/design.md, "Import rules")."""
 
 from __future__ import annotations
 

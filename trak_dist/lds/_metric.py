@@ -1,8 +1,7 @@
 """The linear datamodeling score (LDS; Park et al., TRAK, 2023, §2.2) and its bootstrap interval.
 
 Target t's prediction for subset model j is g_jt = Σ_{i ∈ S_j} τ_it; its LDS is the Spearman
-correlation over j of g_jt and the measured margin f_jt. A score set's LDS is the target mean.
-"""
+correlation over j of g_jt and the measured margin f_jt. A score set's LDS is the target mean."""
 
 from __future__ import annotations
 
@@ -93,8 +92,7 @@ def lds(
     """The LDS of predictions ``pred`` against measured outputs ``actual``, both ``[M, m]``.
 
     The interval resamples models and targets with replacement (``bootstrap`` times, from
-    ``seed``), as multiplicities, so each draw costs a cumulative sum instead of a sort.
-    """
+    ``seed``), as multiplicities, so each draw costs a cumulative sum instead of a sort."""
     if pred.shape != actual.shape or pred.ndim != 2:
         raise ValueError(f"pred {pred.shape} and actual {actual.shape} must both be [M, m].")
     rho = spearman(pred, actual)

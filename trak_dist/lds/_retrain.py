@@ -25,8 +25,7 @@ class SubsetTrainer:
 
     The output is the task's f (e.g. the margin log p/(1−p)) per target: batched
     ``get_outputs`` where the task has one, else ``get_output`` under ``vmap``. ``threads``:
-    torch threads (a Ray task gets ``eval.cpus_per_model`` CPUs).
-    """
+    torch threads (a Ray task gets ``eval.cpus_per_model`` CPUs)."""
 
     def __init__(self, cfg: JobConfig, threads: int = 1) -> None:
         torch.set_num_threads(max(1, threads))

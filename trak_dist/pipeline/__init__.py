@@ -1,8 +1,7 @@
 """The pipeline, written once: plan → featurise shards → reduce XᵀX → factorise → score.
 
 Plain stages (``Worker``, ``Reducer``, ``prepare``, ``run_pipeline``, ``finish_from_store``);
-an ``Executor`` decides where tasks run. Never imports Ray, Hydra or submitit.
-"""
+an ``Executor`` decides where tasks run. Never imports Ray, Hydra or submitit."""
 
 from trak_dist.pipeline._tasks import ShardResult, ShardTask, auto_shard_rows, shard_plan
 from trak_dist.pipeline.executor import Executor, InProcessExecutor, reducer_device

@@ -3,8 +3,7 @@
 Modelled on submitit's ``AutoExecutor`` and its ``debug`` executor: ``InProcessExecutor`` runs
 every task here; ``trak_dist.distributed.RayExecutor`` uses worker actors; the SLURM array
 launcher (``launch/_array.py``) runs shards as array tasks. Retries, restarts and Ctrl-C belong
-to an executor, never to the stages.
-"""
+to an executor, never to the stages."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ class Reducer:
     Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint being
     featurised, plus what ``compute_scores`` needs. Partials are added with TwoSum, so XᵀX is
     the float64 rounding of the exact sum (to ~K²·2⁻¹⁰⁶ relative): the same bits whatever the
-    order partials arrive in or the number of workers.
-    """
+    order partials arrive in or the number of workers."""
 
     def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
         self.store = store if isinstance(store, FeatureStore) else FeatureStore.open(store)

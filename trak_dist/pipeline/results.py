@@ -17,8 +17,7 @@ PREVIEW_TARGETS = 100
 class ScoreRequest:
     """Score experiment ``exp`` for one (proj_dim, λ) variant, averaged over ``model_ids``.
 
-    Defaults are ``compute_scores``'s (the TRAKer API's); ``of`` takes a job's scoring section.
-    """
+    Defaults are ``compute_scores``'s (the TRAKer API's); ``of`` takes a job's scoring section."""
 
     exp: str
     model_ids: tuple[int, ...]

@@ -35,8 +35,7 @@ class FactorBlock(NamedTuple):
     Sample b's gradient (the ``[rows, cols]`` view starting at global row ``offset``) is
     ``Σ_t left[b, t] ⊗ right[b, t]``; ``left`` is ``[B, T, rows]`` floats, or ``[B, T]`` int64
     row indices (one-hot rows, embeddings); ``right`` is ``[B, T, cols]``. The Kronecker
-    projector projects the factors; every other projector gets :meth:`grad_blocks`.
-    """
+    projector projects the factors; every other projector gets :meth:`grad_blocks`."""
 
     offset: int
     rows: int

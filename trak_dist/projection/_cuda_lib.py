@@ -102,8 +102,7 @@ class CudaLibrary:
 
         ``g``: ``[B, n]`` float32/16 or bfloat16 on the current device, ``out``: ``[B, p]``
         float32 (both ``stride(1) == 1``); ``workspace``: float32 scratch of ≥ ``B·p`` entries
-        when the block needs one; ``f32_terms``: bf16 terms of an fp32 ``g`` (2 or 3).
-        """
+        when the block needs one; ``f32_terms``: bf16 terms of an fp32 ``g`` (2 or 3)."""
         batch, n = g.shape
         ld_g = g.stride(0) if batch > 1 else n
         ws_ptr = workspace.data_ptr() if workspace is not None else None

@@ -47,8 +47,7 @@ def rademacher_block(
     """``P[row_start:row_end, col_start:col_end]`` of the Rademacher projection, ±1 in ``dtype``.
 
     ``key_tweak`` is XORed into the key's high word: non-zero gives an independent matrix from
-    the same seed (the Kronecker factors, docs/projection.md).
-    """
+    the same seed (the Kronecker factors, docs/projection.md)."""
     n_rows, n_cols = row_end - row_start, col_end - col_start
     out = torch.empty(n_rows, n_cols, dtype=dtype, device=device)
     if n_rows == 0 or n_cols == 0:

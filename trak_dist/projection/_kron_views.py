@@ -41,8 +41,7 @@ def shell_pairs(p: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     Columns fill square shells: shell s = ⌊√j⌋ holds the 2s + 1 pairs with max(u, v) = s, in the
     order (s, 0) … (s, s−1), (0, s) … (s−1, s), (s, s). Any prefix of columns therefore uses
-    only factor columns < ⌈√p'⌉, and column j is the same for every p > j.
-    """
+    only factor columns < ⌈√p'⌉, and column j is the same for every p > j."""
     j = torch.arange(p, dtype=torch.int64)
     s = torch.sqrt(j.to(torch.float64)).floor().to(torch.int64)
     s = s - (s * s > j).to(torch.int64) + ((s + 1) * (s + 1) <= j).to(torch.int64)

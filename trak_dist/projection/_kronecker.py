@@ -4,8 +4,7 @@ A parameter seen as a ``[rows, cols]`` matrix G gets the ``[k, k]`` sketch ``L�
 hash-defined ±1 factors L ``[rows, k]`` and R ``[cols, k]``, ``k = ⌈√p⌉``; output column j reads
 the sketch at the pair ``(u_j, v_j)`` of a fixed enumeration, so column j does not depend on p
 (prefix property). When G = Σ_t x_t y_tᵀ arrives as factors (module hooks), the sketch is
-Σ_t (Lᵀ x_t)(Rᵀ y_t)ᵀ and G is never formed: O(T·(rows + cols)·k) instead of O(rows·cols·p).
-"""
+Σ_t (Lᵀ x_t)(Rᵀ y_t)ᵀ and G is never formed: O(T·(rows + cols)·k) instead of O(rows·cols·p)."""
 
 from __future__ import annotations
 

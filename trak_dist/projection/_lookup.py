@@ -5,8 +5,7 @@ For rows ``8g … 8g+7`` of P, column j's signs are one byte b (``_packed.py``),
 costs a lookup-and-add instead of eight multiply-adds ("method of four Russians").
 ``embedding_bag(mode="sum")`` is the kernel (tables as rows, one bag per column). ~4× faster
 than expanding the signs for MKL's matmul at p = 2048, batch 64 (``benchmarks/dense_cnn.py``);
-below p ≈ 1024 the tables cost more than they save. Agrees with ``g @ P`` to float32 rounding.
-"""
+below p ≈ 1024 the tables cost more than they save. Agrees with ``g @ P`` to float32 rounding."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def run_threads(jobs: list[Callable[[], None]]) -> None:
 
     Thousands of small ops each using torch's OpenMP team stall on oversubscribed cores (2
     threads took ~10× the CPU time of 1 on a shared 2-core machine); independent jobs with
-    serial ops meet once.
-    """
+    serial ops meet once."""
     if len(jobs) == 1:
         jobs[0]()
         return

@@ -3,8 +3,7 @@
 ``packed_rademacher`` returns ``[p, groups]`` uint8: bit ``k`` of ``[j, g]`` is set where
 ``P[8g + k, j] = −1``. Eight rows per byte is what the lookup product (``_lookup.py``) needs;
 it is 32× smaller than float32 (95 MB for 373k parameters at p = 2048). A second
-implementation of the hash's sign layout: tests check it against ``rademacher_block``.
-"""
+implementation of the hash's sign layout: tests check it against ``rademacher_block``."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def _transpose8(x: torch.Tensor) -> torch.Tensor:
     """Transpose the 8×8 bit matrix in each int64 (byte r, bit c → byte c, bit r).
 
     Hacker's Delight §7-3: three delta swaps. Arithmetic right shifts only smear the sign into
-    bits that every mask clears, so int64 serves for uint64.
-    """
+    bits that every mask clears, so int64 serves for uint64."""
     t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AA
     x = x ^ t ^ (t << 7)
     t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCC

@@ -3,8 +3,7 @@
 Philox (Salmon et al., SC'11) maps a 128-bit counter and a 64-bit key to 128 random bits with
 no state, so any entry of P can be computed alone, on any device (``cuda_ext/`` implements the
 same; ``docs/projection.md`` forms counters and keys). torch has no uint32, so words live in
-int64; products wrap in two's complement, keeping the low 64 bits exact.
-"""
+int64; products wrap in two's complement, keeping the low 64 bits exact."""
 
 from __future__ import annotations
 

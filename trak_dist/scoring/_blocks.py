@@ -3,8 +3,7 @@
 Φ_c X_tcᵀ = X_c K_c⁻¹ X_tcᵀ = X_c Y_cᵀ with Y_c = X_tc K_c⁻¹ stored once per checkpoint; each
 (train block × target block) of S is Σ_c X_c[b] Y_c[t]ᵀ / C times its rows' mean Q. Φ is never
 formed and new targets cost only their Y. Peak memory: K⁻¹ (p²), C·T·p of Y (T shrinks to
-keep it under ``memory_bytes``), a train block and a score block.
-"""
+keep it under ``memory_bytes``), a train block and a score block."""
 
 from __future__ import annotations
 
@@ -94,8 +93,7 @@ def compute_scores(
     """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
 
     ``lambda_reg``: a number, or ``"auto"`` (per checkpoint; recorded in ``lambdas``). Returns
-    the completed ScoreSet; it replaces the variant's previous scores only once complete.
-    """
+    the completed ScoreSet; it replaces the variant's previous scores only once complete."""
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)

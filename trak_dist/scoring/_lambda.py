@@ -5,8 +5,7 @@
 against 200 subset models on the digits MLP, CNN and transformer (p < n and p ≥ n, 1/3/5
 checkpoints): worst case 0.974 of each case's best LDS, ≥ 0.95 for constants 0.005 … 0.011;
 Bergson's 0.1·mean eigenvalue reaches 0.71 at p ≥ n (``benchmarks.lds_rules``,
-``benchmarks.lds``, benchmarks/RESULTS.md).
-"""
+``benchmarks.lds``, benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 

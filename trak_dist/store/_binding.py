@@ -1,8 +1,7 @@
 """What a store's rows are bound to: the checkpoint (per row set) and the train set (per store).
 
 Both are bound by what was committed (the first commit binds a row set), so a run that fails
-before committing a row leaves nothing that refuses the right checkpoint or the fixed data.
-"""
+before committing a row leaves nothing that refuses the right checkpoint or the fixed data."""
 
 from __future__ import annotations
 
@@ -91,8 +90,7 @@ def rebind_dataset(
 
     With ``row_hashes`` (the pipeline), only rows not committed yet may differ; without them
     (a user-given fingerprint), only a store with no committed train row is rebound. Call under
-    the store lock.
-    """
+    the store lock."""
     meta = root.attrs.get(attr)
     key = "dataset_fingerprint"
     if not isinstance(meta, dict) or meta["spec"].get(key) == requested.get(key):

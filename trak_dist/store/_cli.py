@@ -1,8 +1,7 @@
 """``trak-dist store verify PATH`` and ``trak-dist store repair PATH``.
 
 Exit codes: 0 sound (verify) or repaired (repair); 1 problems found (verify) or some not
-repairable (repair); 2 not a store we can check.
-"""
+repairable (repair); 2 not a store we can check."""
 
 from __future__ import annotations
 

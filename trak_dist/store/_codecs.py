@@ -2,8 +2,7 @@
 
 The default is "none": projected gradients are dense near-Gaussian floats (the best lossless
 codec saves under 10 % at several times the write cost, ``benchmarks/store_codecs.py``). A
-crc32c comes last in every chain, so Zarr verifies each chunk on read (``_integrity.py``).
-"""
+crc32c comes last in every chain, so Zarr verifies each chunk on read (``_integrity.py``)."""
 
 from __future__ import annotations
 

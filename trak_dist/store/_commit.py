@@ -2,8 +2,7 @@
 
 Flags live in a ``done`` array with chunk size 1, so each flag is its own store key (written
 atomically by LocalStore) and concurrent committers never share one; two writers of one chunk
-each write all of it, with the same rows.
-"""
+each write all of it, with the same rows."""
 
 from __future__ import annotations
 

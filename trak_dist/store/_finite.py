@@ -14,8 +14,7 @@ def refuse_non_finite(
     """Raise NonFiniteError unless every row is finite as stored (before anything is written).
 
     ``raw`` (the float32 rows as computed) tells float16 overflow from NaN input; ``q``: ``[B]``
-    out-to-loss weights or None; ``rows``: ``[B]`` dataset rows; ``who``: ``RowSet.describe``.
-    """
+    out-to-loss weights or None; ``rows``: ``[B]`` dataset rows; ``who``: ``RowSet.describe``."""
     # one pass over a chunk: negligible next to the gradients that produced it
     bad_x = ~np.isfinite(stored).all(axis=1)
     bad_q = np.zeros_like(bad_x) if q is None else ~np.isfinite(q)

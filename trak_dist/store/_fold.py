@@ -6,8 +6,7 @@ chunks a batch fills whole and stages the other rows in the writer's own shadow 
 their union covers. Callers fold under the store lock. This keeps the pipeline's lock-free
 whole-chunk writes as they are, at the cost of one extra write and read of partial-chunk rows.
 A fold moves X column chunk by column chunk, so a wide chunk is never held whole in memory.
-Only shadows staged from the checkpoint the row set is bound to are folded or reused.
-"""
+Only shadows staged from the checkpoint the row set is bound to are folded or reused."""
 
 from __future__ import annotations
 

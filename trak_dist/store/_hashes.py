@@ -2,8 +2,7 @@
 
 Rows are hashed from the collated batch (the same from a dataset or a DataLoader) and stored
 with them (``H``); a rerun that reuses rows compares, so changed data is an error naming the
-rows. The fingerprint is the hash of every row's hash.
-"""
+rows. The fingerprint is the hash of every row's hash."""
 
 from __future__ import annotations
 

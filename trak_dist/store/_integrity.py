@@ -2,8 +2,7 @@
 
 Every data array carries a crc32c per chunk and a fill value committed data never holds
 (``SENTINEL``), so a read catches changed bytes (checksum), missing files (fill value) and
-non-finite values. Only on failure are rows re-read chunk by chunk to name the damaged chunks.
-"""
+non-finite values. Only on failure are rows re-read chunk by chunk to name the damaged chunks."""
 
 from __future__ import annotations
 
@@ -105,8 +104,7 @@ def chunk_damage(
     """Read one whole chunk; what is wrong with it, or None.
 
     ``rows``: the chunk's rows that must hold data (default: all; staged chunks fill only some).
-    With no row set, only the checksum is checked.
-    """
+    With no row set, only the checksum is checked."""
     region = _chunk_region(arr, coords)
     key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
 
@@ -159,8 +157,7 @@ def checked_read(
 ) -> np.ndarray:
     """``arr[selection]`` (explicit bounds), or StoreDamagedError naming the damaged chunks.
 
-    ``rows``: the selected rows that must hold data (default: all; staged rows may be fill).
-    """
+    ``rows``: the selected rows that must hold data (default: all; staged rows may be fill)."""
     region = tuple(
         (s.start or 0, dim if s.stop is None else min(s.stop, dim))
         for s, dim in zip(selection, arr.shape, strict=False)

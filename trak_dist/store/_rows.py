@@ -4,8 +4,7 @@ Parts: ``flags`` (``_commit.py``, a chunk counts once its flag is set after its 
 ``binding`` (``_binding.py``, the checkpoint bound by the first commit) and ``staged``
 (``_fold.py``, ``_staging.py``, TRAKer's partial-chunk rows). Owners of whole chunks ``write``
 then ``commit`` them without coordination. Chunks carry a crc32c and sentinel fill values
-(``_integrity.py``).
-"""
+(``_integrity.py``)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Complete or absent: a new set is written into ``<variant>.partial-<id>``, marked complete and
 renamed into place, so a failed scoring keeps the previous scores. Object stores have no rename:
-there the set is rewritten in place, complete flag last (a failed rescoring loses the old set).
-"""
+there the set is rewritten in place, complete flag last (a failed rescoring loses the old set)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def _local_dir(node: zarr.Group) -> Path | None:
 class ScoreSet:
     """``S [n, m]`` float32 plus the ``k`` highest (proponents) and lowest (opponents) train
     examples of every target. Written by one process (the reducer); ``publish`` makes it the
-    variant's set.
-    """
+    variant's set."""
 
     def __init__(self, group: zarr.Group, parent: zarr.Group | None = None, name: str = "") -> None:
         self.group = group

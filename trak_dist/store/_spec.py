@@ -80,8 +80,7 @@ class FeatureSpec:
         """Raise StoreMismatchError unless features ``stored`` can serve this request.
 
         Every field must match, except that a request for a smaller proj_dim is served by the
-        prefix of the stored features.
-        """
+        prefix of the stored features."""
         diffs = []
         for f in dataclasses.fields(self):
             mine, theirs = getattr(self, f.name), getattr(stored, f.name)
@@ -111,8 +110,7 @@ def dataset_fingerprint(dataset: Any) -> str:
     """A content hash of every item, in order (``fingerprint`` of its row hashes).
 
     It reads each item once; pass your own fingerprint when that is too expensive (rows are
-    then still checked against their stored hashes whenever a rerun reuses them).
-    """
+    then still checked against their stored hashes whenever a rerun reuses them)."""
     return fingerprint(dataset_row_hashes(dataset))
 
 

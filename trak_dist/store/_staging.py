@@ -7,8 +7,7 @@ rows that do not fill a whole chunk into its own shadow arrays under ``staged/<w
 replaced atomically), so a killed writer leaves unflagged rows that are recomputed. A shadow
 records its writer's checkpoint; rows from another checkpoint than the bound one are never
 folded nor reused. Chunks carry crc32c and sentinel fills; a damaged shadow is dropped by
-``trak-dist store repair``.
-"""
+``trak-dist store repair``."""
 
 from __future__ import annotations
 

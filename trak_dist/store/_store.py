@@ -2,8 +2,7 @@
 
 Layout and chunking: ``store/_layout.py``. Reductions (xtx, factors, scores) are complete or
 absent (``complete`` flag last); a damaged one is recomputed, damaged rows are a
-``StoreDamagedError`` (``trak-dist store repair``).
-"""
+``StoreDamagedError`` (``trak-dist store repair``)."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ class FeatureStore:
         """Open the store at ``path`` if it holds compatible features, else create it.
 
         ``row_hashes``: the train set's ``[n]`` row hashes, to name changed rows when the
-        fingerprints differ. Raises StoreMismatchError for other settings (see FeatureSpec).
-        """
+        fingerprints differ. Raises StoreMismatchError for other settings (see FeatureSpec)."""
         where = str(path)
         compressors(codec)  # validate the name before touching disk
         with store_lock(where):

@@ -57,8 +57,7 @@ class CLIPOutput(ModelOutput):
 
         Unlike traker, embeddings live on the model's device and rows are placed by the
         batches' actual lengths (``batch_size`` is unused; traker fails on a short last batch).
-        The preprocess functions apply to each batch's images / texts.
-        """
+        The preprocess functions apply to each batch's images / texts."""
         device = next(model.parameters()).device
         images_out = torch.zeros(size, embedding_dim, device=device)
         texts_out = torch.zeros(size, embedding_dim, device=device)
