@@ -22,10 +22,8 @@ class StoreStateError(TrakDistError):
 
 
 class TrakerUsageError(TrakDistError, AssertionError):
-    """A TRAKer method was called out of order or with conflicting arguments.
-
-    Also an ``AssertionError``: traker 0.3.2 asserts in these places, and code written for it
-    catches ``AssertionError``."""
+    """A TRAKer method was called out of order or with conflicting arguments; also an
+    ``AssertionError``, which traker 0.3.2 raises here and its users' code catches."""
 
 
 class StoreDamagedError(StoreStateError):

@@ -16,6 +16,7 @@ Example (after ``trak_dist.run``'s example, on its store)::
         num_models=20,                        # default 100: the more, the tighter the interval
     )
     print(ev.to_markdown())                  # LDS and interval of every scored variant
+    lds = ev.best.result.lds
 """
 
 from __future__ import annotations

@@ -9,10 +9,9 @@ from trak_dist.pipeline import ShardTask
 
 
 class TaskQueue:
-    """Pending shards per checkpoint, handed out with checkpoint affinity.
-
-    Switching checkpoint costs a reload and a regeneration of P, so a free worker keeps its
-    checkpoint while it has shards, else takes the one fewest workers are on."""
+    """Pending shards per checkpoint, handed out with checkpoint affinity: a switch costs a
+    reload and a regeneration of P, so a free worker keeps its checkpoint while it has shards,
+    else takes the one fewest workers are on."""
 
     def __init__(self, tasks: list[ShardTask] | None = None) -> None:
         self._by_model: dict[int, deque[ShardTask]] = {}

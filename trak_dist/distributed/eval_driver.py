@@ -130,11 +130,9 @@ def _train_all(
     on_model: Callable[[int], None] | None,
     joined: bool = True,
 ) -> None:
-    """Train ``todo`` as Ray tasks, storing each as it finishes.
-
-    Running tasks are never cancelled on failure or Ctrl-C: ``ray.cancel`` racing a reply
-    aborts the driver process (ray-project/ray#54846). A Ray started here is shut down, which
-    stops them; on a joined cluster they finish unused."""
+    """Train ``todo`` as Ray tasks, storing each as it finishes. Running tasks are never
+    cancelled (``ray.cancel`` racing a reply aborts the driver, ray-project/ray#54846): a Ray
+    started here is shut down, which stops them; on a joined cluster they finish unused."""
     task = ray.remote(_train_one).options(
         num_cpus=cfg.eval.cpus_per_model,
         num_gpus=cfg.eval.gpus_per_model,

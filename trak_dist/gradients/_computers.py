@@ -20,10 +20,8 @@ def _samples(batch: Batch) -> list[Any]:
 
 
 class GradientComputer:
-    """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``).
-
-    The model is put in eval mode, so a sample's gradient does not depend on its batch
-    (BatchNorm running statistics, no Dropout)."""
+    """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``), the
+    model in eval mode so a sample's gradient does not depend on its batch."""
 
     def __init__(
         self,

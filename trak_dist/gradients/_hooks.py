@@ -37,11 +37,9 @@ class ModuleHookManager:
 
     @contextmanager
     def capture(self, on_grad: OnGrad, batch: int, root: Tensor | None = None) -> Iterator[None]:
-        """Hooks active for one forward/backward pass over ``batch`` samples, removed after.
-
+        """Hooks active for one forward/backward pass over ``batch`` samples, removed after;
         ``root`` (a zero scalar requiring grad) is added to hooked outputs that do not require
-        grad, so δ is computed even when no weight requires grad. Captures do not nest
-        (RuntimeError)."""
+        grad, so δ is computed even when no weight does. Captures do not nest."""
         if self._on_grad is not None:
             raise RuntimeError("ModuleHookManager.capture is already active; captures do not nest")
         handles: list[RemovableHandle] = []

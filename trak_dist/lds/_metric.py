@@ -89,10 +89,9 @@ def _weighted_spearman(op: np.ndarray, oa: np.ndarray, weights: np.ndarray) -> n
 def lds(
     pred: np.ndarray, actual: np.ndarray, bootstrap: int = 1000, level: float = 0.95, seed: int = 0
 ) -> LDSResult:
-    """The LDS of predictions ``pred`` against measured outputs ``actual``, both ``[M, m]``.
-
-    The interval resamples models and targets with replacement (``bootstrap`` times, from
-    ``seed``), as multiplicities, so each draw costs a cumulative sum instead of a sort."""
+    """The LDS of predictions ``pred`` against measured outputs ``actual``, both ``[M, m]``; the
+    interval resamples models and targets (``bootstrap`` times, from ``seed``) as
+    multiplicities, so each draw costs a cumulative sum instead of a sort."""
     if pred.shape != actual.shape or pred.ndim != 2:
         raise ValueError(f"pred {pred.shape} and actual {actual.shape} must both be [M, m].")
     rho = spearman(pred, actual)

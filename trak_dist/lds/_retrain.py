@@ -21,11 +21,9 @@ def _samples(batch: Batch) -> list[Any]:
 
 
 class SubsetTrainer:
-    """Trains subset models with ``cfg.eval.recipe`` and returns their target outputs.
-
-    The output is the task's f (e.g. the margin log p/(1−p)) per target: batched
-    ``get_outputs`` where the task has one, else ``get_output`` under ``vmap``. ``threads``:
-    torch threads (a Ray task gets ``eval.cpus_per_model`` CPUs)."""
+    """Trains subset models with ``cfg.eval.recipe`` and returns their target outputs: the
+    task's f per target, from batched ``get_outputs`` where it has one, else ``get_output``
+    under vmap. ``threads``: torch threads (a Ray task gets ``eval.cpus_per_model``)."""
 
     def __init__(self, cfg: JobConfig, threads: int = 1) -> None:
         torch.set_num_threads(max(1, threads))

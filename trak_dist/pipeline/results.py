@@ -15,9 +15,8 @@ PREVIEW_TARGETS = 100
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Score experiment ``exp`` for one (proj_dim, λ) variant, averaged over ``model_ids``.
-
-    Defaults are ``compute_scores``'s (the TRAKer API's); ``of`` takes a job's scoring section."""
+    """Score experiment ``exp`` for one (proj_dim, λ) variant, averaged over ``model_ids``;
+    defaults are ``compute_scores``'s, ``of`` takes a job's scoring section."""
 
     exp: str
     model_ids: tuple[int, ...]

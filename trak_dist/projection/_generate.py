@@ -44,9 +44,8 @@ def rademacher_block(
     device: torch.device | str = "cpu",
     key_tweak: int = 0,
 ) -> torch.Tensor:
-    """``P[row_start:row_end, col_start:col_end]`` of the Rademacher projection, ±1 in ``dtype``.
-
-    ``key_tweak`` is XORed into the key's high word: non-zero gives an independent matrix from
+    """``P[row_start:row_end, col_start:col_end]`` of the Rademacher projection, ±1 in ``dtype``;
+    a non-zero ``key_tweak`` (XORed into the key's high word) gives an independent matrix from
     the same seed (the Kronecker factors, docs/projection.md)."""
     n_rows, n_cols = row_end - row_start, col_end - col_start
     out = torch.empty(n_rows, n_cols, dtype=dtype, device=device)

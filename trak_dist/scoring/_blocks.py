@@ -90,10 +90,9 @@ def compute_scores(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> ScoreSet:
-    """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
-
-    ``lambda_reg``: a number, or ``"auto"`` (per checkpoint; recorded in ``lambdas``). Returns
-    the completed ScoreSet; it replaces the variant's previous scores only once complete."""
+    """Score every target of ``exp`` against every train example, averaged over ``model_ids``
+    (``lambda_reg`` a number or ``"auto"``, recorded in ``lambdas``); the completed ScoreSet
+    replaces the variant's previous scores only once complete."""
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)

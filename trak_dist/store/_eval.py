@@ -178,12 +178,8 @@ class EvalSet:
         return np.asarray(self.masks[j])
 
     def write(self, j: int, margins: np.ndarray) -> None:
-        """Store model ``j``'s target margins ``[m]``, then mark it done.
-
-        Raises:
-            StoreStateError: margins of the wrong shape.
-            NonFiniteError: a NaN/inf margin (it would make every Spearman it touches NaN).
-        """
+        """Store model ``j``'s target margins ``[m]``, then mark it done (StoreStateError: wrong
+        shape; NonFiniteError: a NaN/inf margin, which would make every Spearman it touches NaN)."""
         if margins.shape != (self.margins.shape[1],):
             raise StoreStateError(
                 f"subset model {j} returned margins of shape {margins.shape}; the experiment "

@@ -101,10 +101,8 @@ def _chunk_region(arr: zarr.Array[Any], coords: tuple[int, ...]) -> tuple[tuple[
 def chunk_damage(
     arr: zarr.Array[Any], coords: tuple[int, ...], rows: np.ndarray | None = None
 ) -> Damage | None:
-    """Read one whole chunk; what is wrong with it, or None.
-
-    ``rows``: the chunk's rows that must hold data (default: all; staged chunks fill only some).
-    With no row set, only the checksum is checked."""
+    """Read one whole chunk; what is wrong with it, or None. ``rows``: the chunk's rows that must
+    hold data (default: all; staged chunks fill only some); without, only the checksum."""
     region = _chunk_region(arr, coords)
     key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
 
@@ -155,8 +153,7 @@ def locate(
 def checked_read(
     arr: zarr.Array[Any], selection: tuple[slice, ...], rows: np.ndarray | None = None
 ) -> np.ndarray:
-    """``arr[selection]`` (explicit bounds), or StoreDamagedError naming the damaged chunks.
-
+    """``arr[selection]`` (explicit bounds), or StoreDamagedError naming the damaged chunks;
     ``rows``: the selected rows that must hold data (default: all; staged rows may be fill)."""
     region = tuple(
         (s.start or 0, dim if s.stop is None else min(s.stop, dim))

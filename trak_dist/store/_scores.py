@@ -49,8 +49,7 @@ def _local_dir(node: zarr.Group) -> Path | None:
 
 class ScoreSet:
     """``S [n, m]`` float32 plus the ``k`` highest (proponents) and lowest (opponents) train
-    examples of every target. Written by one process (the reducer); ``publish`` makes it the
-    variant's set."""
+    examples of every target; written by the reducer, ``publish`` makes it the variant's."""
 
     def __init__(self, group: zarr.Group, parent: zarr.Group | None = None, name: str = "") -> None:
         self.group = group

@@ -77,10 +77,8 @@ class FeatureSpec:
         return cls(**d)
 
     def check_compatible(self, stored: FeatureSpec, where: str) -> None:
-        """Raise StoreMismatchError unless features ``stored`` can serve this request.
-
-        Every field must match, except that a request for a smaller proj_dim is served by the
-        prefix of the stored features."""
+        """Raise StoreMismatchError unless features ``stored`` can serve this request: every
+        field must match, except a smaller proj_dim (served by the stored prefix)."""
         diffs = []
         for f in dataclasses.fields(self):
             mine, theirs = getattr(self, f.name), getattr(stored, f.name)
@@ -107,10 +105,9 @@ def _update_with_tensor(h: Any, t: torch.Tensor | np.ndarray) -> None:
 
 
 def dataset_fingerprint(dataset: Any) -> str:
-    """A content hash of every item, in order (``fingerprint`` of its row hashes).
-
-    It reads each item once; pass your own fingerprint when that is too expensive (rows are
-    then still checked against their stored hashes whenever a rerun reuses them)."""
+    """A content hash of every item, in order (``fingerprint`` of its row hashes). It reads
+    each item once: pass your own fingerprint when that is too expensive (reused rows are still
+    checked against their stored hashes)."""
     return fingerprint(dataset_row_hashes(dataset))
 
 

@@ -85,10 +85,9 @@ class FeatureStore:
         overwrite: bool = False,
         row_hashes: np.ndarray | None = None,
     ) -> FeatureStore:
-        """Open the store at ``path`` if it holds compatible features, else create it.
-
-        ``row_hashes``: the train set's ``[n]`` row hashes, to name changed rows when the
-        fingerprints differ. Raises StoreMismatchError for other settings (see FeatureSpec)."""
+        """Open the store at ``path`` if it holds compatible features, else create it
+        (StoreMismatchError for other settings); ``row_hashes``: the train set's ``[n]`` row
+        hashes, to name changed rows when the fingerprints differ."""
         where = str(path)
         compressors(codec)  # validate the name before touching disk
         with store_lock(where):

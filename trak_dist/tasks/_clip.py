@@ -53,11 +53,9 @@ class CLIPOutput(ModelOutput):
         preprocess_fn_img: Callable[[Any], Tensor] | None = None,
         preprocess_fn_txt: Callable[[Any], Tensor] | None = None,
     ) -> None:
-        """Embed the first ``size`` pairs of ``loader`` (traker's signature).
-
-        Unlike traker, embeddings live on the model's device and rows are placed by the
-        batches' actual lengths (``batch_size`` is unused; traker fails on a short last batch).
-        The preprocess functions apply to each batch's images / texts."""
+        """Embed the first ``size`` pairs of ``loader`` (traker's signature). Unlike traker,
+        embeddings live on the model's device and rows are placed by the batches' actual lengths
+        (``batch_size`` is unused; traker fails on a short last batch)."""
         device = next(model.parameters()).device
         images_out = torch.zeros(size, embedding_dim, device=device)
         texts_out = torch.zeros(size, embedding_dim, device=device)
