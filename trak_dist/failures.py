@@ -1,8 +1,7 @@
 """Expected failures, told as one line: what happened, the values seen, what to do.
 
-Shared by the CLI, the SLURM launcher and the Ray driver: a Ray actor's error as itself, an
-OSError or corrupt file naming the path, Ctrl-C as how to resume; ``TRAK_DIST_DEBUG=1`` adds
-the traceback. Anything else is a bug and keeps its traceback. Never imports Ray."""
+Shared by the CLI, the SLURM launcher and the Ray driver (never imports Ray);
+``TRAK_DIST_DEBUG=1`` adds the traceback. Anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The evaluation driver: trains the LDS's subset models as Ray tasks, stores each as it finishes.
 
-One task per model (``eval.cpus_per_model`` / ``gpus_per_model``) on the featurisation's cluster
-kinds. The driver alone writes the store (margins, then done flag): a killed evaluation keeps
-what finished, a rerun trains the rest."""
+One task per model (``eval.cpus_per_model`` / ``gpus_per_model``); only the driver writes the
+store (margins, then done flag), so a rerun trains only what a killed evaluation left."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The embedded default: scikit-learn's 8×8 digits (no download), a small MLP, a few checkpoints.
 
-The first 1500 images train, the other 297 are targets. Checkpoints are trained on first use and
-cached under ``$TRAK_DIST_CACHE`` (default ``.trak_cache``). ``train_subset`` is the recipe
-``trak-dist eval`` retrains; ``arch="cnn"`` / ``"transformer"`` serve the LDS benchmark."""
+1500 train images, 297 targets; checkpoints trained on first use, cached under
+``$TRAK_DIST_CACHE`` (default ``.trak_cache``). ``train_subset`` is ``trak-dist eval``'s recipe;
+``arch="cnn"`` / ``"transformer"`` serve the LDS benchmark."""
 
 from __future__ import annotations
 

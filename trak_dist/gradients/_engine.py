@@ -1,8 +1,7 @@
 """Choosing the gradient engine: ``vmap`` (torch.func), ``hooks`` (module hooks) or ``auto``.
 
 ``auto`` picks ``hooks`` when the task has a batched ``get_outputs`` and every selected
-parameter has a hook rule, else ``vmap``. Same features to float rounding; hooks need no vmap
-tracing (e.g. HF attention-mask code) and hold one module's per-sample gradients at a time."""
+parameter has a hook rule: same features, no vmap tracing, one module's gradients at a time."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The linear datamodeling score (LDS): how well scores predict retrained models' outputs.
 
-The measurement only (metric, LDS of score sets, tables, ``SubsetTrainer``); running subset
-models is ``trak_dist.distributed.eval_driver``'s, which imports this package, never the
-reverse (docs/design.md, "Import rules")."""
+The measurement only; ``trak_dist.distributed.eval_driver`` runs the subset models and imports
+this package, never the reverse (docs/design.md, "Import rules")."""
 
 from __future__ import annotations
 

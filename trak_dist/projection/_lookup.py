@@ -57,9 +57,8 @@ def lookup_accumulate(acc_t: torch.Tensor, grads_t: torch.Tensor, packed: torch.
 def run_threads(jobs: list[Callable[[], None]]) -> None:
     """Run ``jobs`` on as many Python threads, every torch op in them single-threaded.
 
-    Thousands of small ops each using torch's OpenMP team stall on oversubscribed cores (2
-    threads took ~10× the CPU time of 1 on a shared 2-core machine); independent jobs with
-    serial ops meet once."""
+    Thousands of small ops on torch's OpenMP team stall on oversubscribed cores (2 threads took
+    ~10× the CPU time of 1 on a shared 2-core machine)."""
     if len(jobs) == 1:
         jobs[0]()
         return

@@ -1,8 +1,7 @@
 """Compression codecs for the feature arrays, chosen by name, and the checksum every chunk carries.
 
-The default is "none": projected gradients are dense near-Gaussian floats (the best lossless
-codec saves under 10 % at several times the write cost, ``benchmarks/store_codecs.py``). A
-crc32c comes last in every chain, so Zarr verifies each chunk on read (``_integrity.py``)."""
+Default "none": projected gradients barely compress (under 10 % at several times the write
+cost, ``benchmarks/store_codecs.py``). A crc32c ends every chain, so Zarr verifies each read."""
 
 from __future__ import annotations
 

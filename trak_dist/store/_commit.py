@@ -1,8 +1,7 @@
 """The commit protocol of a row set: one flag per chunk, set after the chunk's data.
 
-Flags live in a ``done`` array with chunk size 1, so each flag is its own store key (written
-atomically by LocalStore) and concurrent committers never share one; two writers of one chunk
-each write all of it, with the same rows."""
+Flags are a ``done`` array with chunk size 1: one store key each (written atomically), so
+concurrent committers never share one; two writers of one chunk write the same rows."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Content hashes of train and target items: one 64-bit hash per row, and a dataset fingerprint.
 
-Rows are hashed from the collated batch (the same from a dataset or a DataLoader) and stored
-with them (``H``); a rerun that reuses rows compares, so changed data is an error naming the
-rows. The fingerprint is the hash of every row's hash."""
+Rows are hashed from the collated batch and stored with them (``H``); reused rows are compared,
+so changed data is an error naming the rows. The fingerprint hashes every row's hash."""
 
 from __future__ import annotations
 

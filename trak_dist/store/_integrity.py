@@ -1,8 +1,8 @@
 """Reads that check what they read, and the scan for unreadable metadata.
 
-Every data array carries a crc32c per chunk and a fill value committed data never holds
-(``SENTINEL``), so a read catches changed bytes (checksum), missing files (fill value) and
-non-finite values. Only on failure are rows re-read chunk by chunk to name the damaged chunks."""
+Every chunk carries a crc32c and a fill value committed data never holds (``SENTINEL``), so a
+read catches changed bytes, missing files and non-finite values; only on failure are rows
+re-read chunk by chunk to name the damaged chunks."""
 
 from __future__ import annotations
 

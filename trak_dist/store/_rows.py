@@ -1,10 +1,9 @@
 """A set of featurised rows in the store: X, optional Q, row hashes H, per-chunk commit flags.
 
-Parts: ``flags`` (``_commit.py``, a chunk counts once its flag is set after its data),
-``binding`` (``_binding.py``, the checkpoint bound by the first commit) and ``staged``
-(``_fold.py``, ``_staging.py``, TRAKer's partial-chunk rows). Owners of whole chunks ``write``
-then ``commit`` them without coordination. Chunks carry a crc32c and sentinel fill values
-(``_integrity.py``)."""
+Parts: ``flags`` (``_commit.py``: a chunk counts once its flag is set after its data),
+``binding`` (``_binding.py``: the checkpoint bound by the first commit) and ``staged``
+(``_fold.py``, ``_staging.py``: TRAKer's partial-chunk rows). Owners of whole chunks ``write``
+then ``commit`` them without coordination."""
 
 from __future__ import annotations
 

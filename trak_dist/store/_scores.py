@@ -1,8 +1,7 @@
 """Score arrays of one (experiment, proj_dim, λ) variant: S and per-target top-k.
 
-Complete or absent: a new set is written into ``<variant>.partial-<id>``, marked complete and
-renamed into place, so a failed scoring keeps the previous scores. Object stores have no rename:
-there the set is rewritten in place, complete flag last (a failed rescoring loses the old set)."""
+Complete or absent: written into ``<variant>.partial-<id>``, marked complete, renamed into place
+(a failed scoring keeps the old scores); object stores rewrite in place, complete flag last."""
 
 from __future__ import annotations
 

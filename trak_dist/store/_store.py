@@ -1,8 +1,7 @@
 """The Zarr store: train features per checkpoint, target features per experiment, reductions.
 
-Layout and chunking: ``store/_layout.py``. Reductions (xtx, factors, scores) are complete or
-absent (``complete`` flag last); a damaged one is recomputed, damaged rows are a
-``StoreDamagedError`` (``trak-dist store repair``)."""
+Layout: ``store/_layout.py``. Reductions are complete or absent (``complete`` flag last) and
+recomputed when damaged; damaged rows are a ``StoreDamagedError`` (``store repair``)."""
 
 from __future__ import annotations
 
