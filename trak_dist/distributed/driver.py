@@ -42,13 +42,8 @@ def run_job(
     on_shard: OnShard | None = None,
     keep_alive: bool = False,
 ) -> JobResult:
-    """``run_pipeline`` on Ray: featurise what the store lacks, reduce, and score ``variants``.
-
-    Args:
-        variants: (proj_dim, lambda_reg) pairs to score (λ a number or ``"auto"``).
-        on_shard: called after each finished shard (progress hooks, fault-injection tests).
-        keep_alive: leave Ray and the reducer running for the next call (sweeps).
-    """
+    """``run_pipeline`` on Ray for ``variants`` ((proj_dim, λ) pairs; λ a number or ``"auto"``);
+    ``on_shard`` runs after each shard; ``keep_alive`` keeps Ray and the reducer (sweeps)."""
     return run_pipeline(cfg, RayExecutor(keep_alive), variants, on_shard)
 
 

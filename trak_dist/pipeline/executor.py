@@ -1,9 +1,7 @@
 """Executors decide where the pipeline's tasks run; ``run_pipeline`` decides what runs.
 
-Modelled on submitit's ``AutoExecutor`` and its ``debug`` executor: ``InProcessExecutor`` runs
-every task here; ``trak_dist.distributed.RayExecutor`` uses worker actors; the SLURM array
-launcher (``launch/_array.py``) runs shards as array tasks. Retries, restarts and Ctrl-C belong
-to an executor, never to the stages."""
+``InProcessExecutor`` runs every task here (as submitit's ``debug``), ``RayExecutor`` on actors,
+the SLURM array launcher as array tasks. Retries, restarts and Ctrl-C belong to an executor."""
 
 from __future__ import annotations
 

@@ -46,13 +46,9 @@ def run_pipeline(
     variants: Variants | None = None,
     on_shard: OnShard | None = None,
 ) -> JobResult:
-    """Featurise what the store lacks, reduce, factorise and score ``variants``.
-
-    Args:
-        executor: where tasks run (default ``InProcessExecutor``).
-        variants: (proj_dim, lambda_reg) pairs to score; default the job's own.
-        on_shard: called after each finished shard (progress hooks, fault-injection tests).
-    """
+    """Featurise what the store lacks, reduce, factorise and score ``variants`` ((proj_dim, λ)
+    pairs; default the job's own) with ``executor`` (default ``InProcessExecutor``);
+    ``on_shard`` runs after each finished shard (progress hooks, fault-injection tests)."""
     executor = executor or InProcessExecutor()
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
