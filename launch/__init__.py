@@ -1,5 +1,6 @@
 """Launchers for SLURM (submitit): ``trak-dist-slurm --help``, docs/slurm.md. The package
-``trak_dist.launch`` once installed, ``launch`` in a checkout; the only importer of submitit."""
+``trak_dist.launch`` once installed, ``launch`` in a checkout; the only importer of submitit
+(docs/design.md, "Import rules")."""
 
 from __future__ import annotations
 
