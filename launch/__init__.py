@@ -1,9 +1,6 @@
-"""Launchers for SLURM (submitit): ``trak-dist-slurm --help``. See docs/slurm.md.
-
-This directory is the package ``trak_dist.launch`` once trak_dist is installed (pyproject.toml
-maps it), and ``launch`` at a checkout's root. This is the only place that imports submitit
-(docs/design.md, "Import rules"); submitit is one of trak_dist's dependencies.
-"""
+"""Launchers for SLURM (submitit): ``trak-dist-slurm --help``, docs/slurm.md. The package
+``trak_dist.launch`` once installed, ``launch`` in a checkout; the only importer of submitit
+(docs/design.md, "Import rules")."""
 
 from __future__ import annotations
 

@@ -48,13 +48,10 @@ class RayClusterJob:
     """The callable every task of the allocation runs (one task per node).
 
     Args:
-        cfg: the job; its cluster section is replaced by the allocation's Ray cluster.
-        port: the head's GCS port.
-        head_ip: address the head binds and the others join (None: the first node's address).
+        port, head_ip: the head's GCS port and address (None: the first node's address).
         cpus, gpus: Ray resources each node offers.
         report_dir: where the driver writes the run report (or the LDS table).
-        command: ``run`` (featurise and score, as ``trak-dist``) or ``eval`` (the LDS's subset
-            models as Ray tasks, as ``trak-dist eval``).
+        command: ``run`` (as ``trak-dist``) or ``eval`` (as ``trak-dist eval``).
     """
 
     def __init__(

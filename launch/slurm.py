@@ -4,16 +4,10 @@
     trak-dist-slurm array --tasks 16 --partition cpu -- proj_dim=2048 lambda_reg=1e-2
     trak-dist-slurm ray --eval --nodes 4 --partition cpu -- eval.num_models=200
 
-``ray``: one allocation of N nodes; a Ray head on the first node, Ray workers on the others, the
-driver on the head; the cluster is torn down when the driver returns. With ``--eval`` the driver
-is ``trak-dist eval``'s: the LDS's subset models are Ray tasks of the allocation.
-``array``: a SLURM array of K tasks, each featurising its share of shards with the plain Worker
-(no Ray), then a dependent job that reduces and scores. Array tasks are submitit
-Checkpointables: a preempted or timed-out task is requeued and skips its committed chunks.
-Trailing arguments are trak-dist's Hydra overrides. ``--local`` uses submitit's local executor.
-``trak-dist-slurm`` is ``python -m trak_dist.launch.slurm`` (installed package) or
-``python -m launch.slurm`` (a checkout's root).
-"""
+``ray``: one allocation of N nodes running a Ray cluster, the driver on the head (``--eval``:
+``trak-dist eval``'s driver). ``array``: K array tasks featurise shards with the plain Worker
+(requeued on preemption, skipping committed chunks), then a dependent job reduces and scores.
+Trailing arguments are Hydra overrides; ``--local`` uses submitit's local executor."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """``trak-dist build-cuda``: compile the CUDA projection kernel where this trak_dist looks for it.
 
-The distribution carries the kernel's sources (``trak_dist/cuda_ext``), not a binary: a binary is
-tied to a CUDA toolkit, a set of GPU architectures and a minimum driver, which the machine that
-runs it knows and the wheel does not. This runs the sources' own Makefile (the one ``make cuda``
-runs in a checkout), so there is one build recipe.
-"""
+The distribution carries sources, not a binary (a binary is tied to a toolkit, GPU
+architectures and a driver only the target machine knows); this runs their own Makefile."""
 
 from __future__ import annotations
 
@@ -58,17 +55,13 @@ def build(
     """Compile ``libtrak_proj.so`` from the installed sources and load it (no GPU needed).
 
     Args:
-        build_dir: where the library goes; default ``<cuda_ext>/build``, where trak_dist looks.
-        nvcc: the compiler; default ``nvcc`` on PATH, else ``/usr/local/cuda/bin/nvcc``.
-        archs: GPU machine code, e.g. ``"sm_80 sm_90"`` (default: the Makefile's).
-        ptx_arch: PTX for newer GPUs to JIT-compile, e.g. ``"compute_90"``.
-
-    Returns:
-        The built library, its ABI version checked.
+        build_dir: default ``<cuda_ext>/build``, where trak_dist looks.
+        nvcc: default ``nvcc`` on PATH, else ``/usr/local/cuda/bin/nvcc``.
+        archs, ptx_arch: GPU machine code (``"sm_80 sm_90"``) and PTX to JIT (``"compute_90"``).
 
     Raises:
-        TrakDistError: no sources, make or nvcc; an unwritable build directory; a failed build
-            (the compiler's output is printed above); a library that does not load.
+        TrakDistError: missing sources, make or nvcc; unwritable directory; failed build; a
+            library that does not load.
     """
     src = cuda_ext_dir()
     if not (src / "Makefile").is_file():

@@ -1,10 +1,6 @@
-"""trak-dist's Hydra configs: where they are, the structured schema they are checked against, and
-overrides composed into a validated JobConfig without a Hydra app.
-
-The CLI (``trak_dist.cli``), its sub-commands (``trak-dist eval``) and the SLURM launchers all
-compose configs through this module, so none of them imports the CLI module (docs/design.md,
-"Import rules"). Importing it registers the schema with Hydra's ConfigStore.
-"""
+"""trak-dist's Hydra configs: where they are, their structured schema, and overrides composed
+into a validated JobConfig without a Hydra app (so nothing imports the CLI module,
+docs/design.md, "Import rules"). Importing it registers the schema with Hydra's ConfigStore."""
 
 from __future__ import annotations
 
@@ -43,13 +39,9 @@ ConfigStore.instance().store(
 
 
 def conf_dir() -> Path:
-    """trak-dist's Hydra configs: ``$TRAK_DIST_CONF`` if set, else the ones installed with the
-    package (``trak_dist/conf``), else the checkout's ``conf/``.
-
-    Raises:
-        ConfigError: no ``config.yaml`` there, or a file that is not valid YAML (checked here so
-            that it is one line, not Hydra's traceback from inside its loader).
-    """
+    """trak-dist's Hydra configs: ``$TRAK_DIST_CONF`` if set, else the installed
+    ``trak_dist/conf``, else the checkout's ``conf/`` (ConfigError, in one line: no
+    ``config.yaml`` there, or invalid YAML)."""
     env = os.environ.get("TRAK_DIST_CONF")
     if env:
         path = Path(env)
@@ -88,12 +80,8 @@ def _why(e: Exception) -> str:
 
 
 def compose_job(overrides: Sequence[str]) -> JobConfig:
-    """The JobConfig ``trak-dist <overrides>`` would run, composed without starting a Hydra app.
-
-    Raises:
-        ConfigError: an override Hydra or the schema refuses (its first line), or configs that
-            cannot be found or read (see :func:`conf_dir`).
-    """
+    """The JobConfig ``trak-dist <overrides>`` would run, composed without a Hydra app
+    (ConfigError: an override Hydra or the schema refuses, or configs not found or unreadable)."""
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
             cfg = compose("config", overrides=list(overrides))

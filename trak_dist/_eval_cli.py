@@ -1,8 +1,5 @@
-"""``trak-dist eval [overrides]``: the LDS of the store's scores (see ``trak_dist.evaluation``).
-
-It takes the same overrides as ``trak-dist`` (so the same store, model, task and targets) plus
-the ``eval.*`` options, e.g. ``trak-dist eval eval.num_models=200 cluster=ray``.
-"""
+"""``trak-dist eval [overrides]``: the LDS of the store's scores (``trak_dist.evaluation``), with
+``trak-dist``'s overrides plus ``eval.*``, e.g. ``trak-dist eval eval.num_models=200``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Where the files that ship with trak_dist are: the Hydra configs and the CUDA kernel's sources.
 
-The repository keeps them at its top level (``conf/``, ``cuda_ext/``); a built distribution (wheel,
-sdist, ``pip install .``) maps them into the package (``trak_dist/conf``, ``trak_dist/cuda_ext``;
-pyproject.toml's ``package-dir``). An installed trak_dist finds them inside itself, a checkout
-(editable install, or the code ``ray job submit --working-dir`` uploads) next to itself.
-"""
+A checkout keeps them at its top level (``conf/``, ``cuda_ext/``); a built distribution maps
+them into the package (pyproject.toml's ``package-dir``), so an installed trak_dist finds them
+inside itself, a checkout (or ``ray job submit --working-dir`` code) next to itself."""
 
 from __future__ import annotations
 

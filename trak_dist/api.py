@@ -93,25 +93,20 @@ def run(
     Args:
         model: factory of the ``nn.Module`` (or ``"pkg.module:function"``).
         checkpoints: state-dict files (or a callable returning them); model_id = position.
-        train, targets: datasets, or callables returning them (preferred: each worker builds
-            its own copy instead of receiving a pickled one).
+        train, targets: datasets, or (preferred) callables each worker calls to build its own.
         task: ``image_classification``, ``text_classification``, ``causal_lm`` or a ModelOutput.
-        store: the Zarr store path, or a whole ``StoreConfig`` (path, ``chunk_rows``, codec,
-            overwrite); reruns resume from it and new targets reuse its features.
-        proj_dim, lambda_reg: projection width and ridge term (``"auto"``: per checkpoint
-            from the spectrum of XᵀX; a number: traker's absolute λ, 0 being traker's default).
+        store: the Zarr store path or a ``StoreConfig``; reruns resume from it.
+        proj_dim, lambda_reg: projection width and ridge term (``"auto"`` or traker's λ).
         exp_name: name of this target set in the store.
         num_workers: worker actors (None: as many as the cluster fits).
         address: a Ray cluster to join (None: start one in-process).
         grad_wrt: parameter names to differentiate (None: all).
         sections: replacements for whole config sections, e.g.
-            ``featurize=FeaturizeConfig(micro_batch=16, gradient_engine="hooks")``,
-            ``projection=ProjectionConfig(kind="kronecker")``, ``scoring=ScoringConfig(topk=50)``.
+            ``featurize=FeaturizeConfig(micro_batch=16)``, ``scoring=ScoringConfig(topk=50)``.
 
     Raises:
-        TrakDistError: a subclass saying what failed (``ConfigError``, ``NonFiniteError``,
-            ``LabelError``, ``StoreMismatchError``, …), also when a Ray worker or the reducer
-            raised it: never a Ray wrapper. OSErrors (a read-only or full disk) as they are.
+        TrakDistError: a subclass saying what failed, also when raised in a Ray worker (never
+            a Ray wrapper). OSErrors as they are.
     """
     cluster = ClusterConfig(
         kind="ray" if address else "local", address=address, num_workers=num_workers

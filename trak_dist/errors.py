@@ -22,11 +22,8 @@ class StoreStateError(TrakDistError):
 
 
 class TrakerUsageError(TrakDistError, AssertionError):
-    """A TRAKer method was called out of order or with conflicting arguments.
-
-    Also an ``AssertionError``: traker 0.3.2 asserts in these places, and code written for it
-    catches ``AssertionError``.
-    """
+    """A TRAKer method was called out of order or with conflicting arguments; also an
+    ``AssertionError``, which traker 0.3.2 raises here and its users' code catches."""
 
 
 class StoreDamagedError(StoreStateError):
@@ -64,14 +61,8 @@ class NonFiniteError(DataError, ArithmeticError):
 
 
 class LabelError(DataError):
-    """A classification label is not one of the model's classes (e.g. −1, or ≥ C).
-
-    Args:
-        labels: the offending label values.
-        positions: where they are, counted as ``where`` says (batch positions, dataset rows).
-        classes: C, the model's number of outputs.
-        where: what ``positions`` count.
-    """
+    """A classification label is not one of the model's C ``classes`` (e.g. −1, or ≥ C):
+    ``labels`` at ``positions``, counted as ``where`` says (batch positions, dataset rows)."""
 
     def __init__(
         self, labels: list[int], positions: list[int], classes: int, where: str = "batch positions"

@@ -1,10 +1,7 @@
 """``trak_dist.evaluate``: the LDS of a store's scores against subset models it trains.
 
-The orchestration side of the linear datamodeling score: the eval driver
-(``trak_dist.distributed.eval_driver``) trains M models on random α-subsets of the train set
-with your recipe, as Ray tasks, and stores each one's target outputs as it finishes; then
-``trak_dist.lds`` (the measurement, which knows nothing of Ray or of this module) computes the
-LDS of every score set of the experiment in the store (docs/design.md, "Import rules").
+The eval driver (``trak_dist.distributed.eval_driver``) trains M models on random α-subsets
+with your recipe as Ray tasks; ``trak_dist.lds`` measures (docs/design.md, "Import rules").
 
 Example (after ``trak_dist.run``'s example, on its store)::
 
@@ -104,18 +101,16 @@ def evaluate(
     trained by ``recipe`` on random ``alpha``-subsets of the train set (Ray tasks).
 
     Args:
-        recipe: ``train(indices, seed, **recipe_kwargs) -> state_dict`` (or its import path):
-            trains ``model``'s network on the train examples ``indices`` (``[k]`` int64, indices
-            into the train set the store was featurised from).
+        recipe: ``train(indices, seed, **recipe_kwargs) -> state_dict`` (or its import path),
+            ``indices`` ``[k]`` int64 into the store's train set.
         model: factory of the ``nn.Module`` the recipe's state dicts load into.
         targets: the experiment's target set (or a callable returning it).
-        task: the model output the scores attribute (its ``get_output`` is measured).
-        store, exp_name: where the scores are; the subset models go to ``eval/<exp_name>``.
+        task: the model output the scores attribute.
+        store, exp_name: where the scores are; subset models go to ``eval/<exp_name>``.
         num_models, alpha, seed: M, the subset fraction, the seed of subsets and recipes.
         address: a Ray cluster to join (None: start one in-process).
         output_dir: write ``lds.{md,csv,json,png}`` there.
-        sections: replacements for whole config sections (``eval=EvalConfig(...)`` overrides
-            the arguments above, ``cluster=``, ``featurize=``, ``progress=``).
+        sections: whole config sections (``eval=EvalConfig(...)`` overrides the arguments).
     """
     ev = EvalConfig(
         recipe=recipe,

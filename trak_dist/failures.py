@@ -1,13 +1,7 @@
 """Expected failures, told as one line: what happened, the values seen, what to do.
 
-The CLI, the SLURM launcher and the Ray driver share these. An error raised inside a Ray actor
-reaches the user as itself (no actor repr, no remote traceback), an OSError or a corrupt file as
-one line naming the path, Ctrl-C as a note on how to resume. ``TRAK_DIST_DEBUG=1`` prints the
-full traceback (remote frames included) before the line. An exception that is none of these is a
-bug and keeps its traceback.
-
-Ray is never imported here: a Ray exception can only exist once the driver has imported Ray.
-"""
+Shared by the CLI, the SLURM launcher and the Ray driver (never imports Ray);
+``TRAK_DIST_DEBUG=1`` adds the traceback. Anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 

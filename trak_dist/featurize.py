@@ -10,12 +10,7 @@ from torch import Tensor
 
 from trak_dist.batches import Batch, batch_size, micro_batches
 from trak_dist.errors import ConfigError, LabelError
-from trak_dist.gradients import (
-    GradientComputer,
-    HookGradientComputer,
-    ParamLayout,
-    kronecker_views,
-)
+from trak_dist.gradients import GradientComputer, HookGradientComputer, ParamLayout, kronecker_views
 from trak_dist.projection import (
     FactorBlock,
     GradBlock,
@@ -28,13 +23,8 @@ from trak_dist.projection import (
 
 
 def normalize_factor(d: int, projector: Projector, micro_batch: int | None) -> Tensor:
-    """sqrt(d) as a float32 scalar, once ``projector`` and ``micro_batch`` are checked to fit d.
-
-    traker 0.3.2 divides by sqrt(d) computed in float32; so do we, for identical numbers.
-
-    Raises:
-        ConfigError: the projector's grad_dim is not d, or micro_batch is not positive.
-    """
+    """sqrt(d) in float32 (as traker 0.3.2, for identical numbers), once ``projector`` and
+    ``micro_batch`` are checked to fit d (else ConfigError)."""
     if projector.grad_dim != d:
         raise ConfigError(
             f"the projector was built for grad_dim={projector.grad_dim}, the model's "
@@ -49,15 +39,12 @@ class Featurizer:
     """Turns batches into projected gradients, ``micro_batch`` samples at a time.
 
     Peak memory is one micro-batch of per-sample gradients plus the projector's working set,
-    whatever the batch size (docs/design.md, invariant 5): ``micro_batch × d`` floats with the
-    vmap engine, ``micro_batch ×`` the largest module with the hook engine (whose blocks are
-    projected and dropped module by module), and with a Kronecker projector of factors not even
-    that.
+    whatever the batch size (docs/design.md, invariant 5): ``micro_batch × d`` with vmap,
+    ``micro_batch ×`` the largest module with hooks, less with Kronecker factors.
 
     Args:
-        computer: per-sample gradients of the task's model output.
         projector: P (its ``grad_dim`` must equal the computer's).
-        micro_batch: samples per vmap call; None for the whole batch at once.
+        micro_batch: samples per call; None for the whole batch at once.
     """
 
     def __init__(
@@ -69,11 +56,8 @@ class Featurizer:
         self.normalize_factor = normalize_factor(computer.layout.grad_dim, projector, micro_batch)
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
-        """``[B, p]`` float32 projected, scaled gradients (on the CPU).
-
-        Raises:
-            LabelError: a label is outside the model's classes (positions in ``batch``).
-        """
+        """``[B, p]`` float32 projected, scaled gradients on the CPU (LabelError: a label
+        outside the model's classes, at its batch position)."""
         out = []
         for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
             with _in_batch(start, mb):
@@ -81,11 +65,8 @@ class Featurizer:
         return torch.cat(out)
 
     def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
-        """``([B, p], [B])``: projected gradients and out-to-loss weights Q (float32, CPU).
-
-        Raises:
-            LabelError: a label is outside the model's classes (positions in ``batch``).
-        """
+        """``([B, p], [B])``: projected gradients and Q, float32 on the CPU (LabelError as
+        :meth:`project`)."""
         xs, qs = [], []
         for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
             with _in_batch(start, mb):

@@ -59,11 +59,8 @@ def summarize(
     data_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A JSON-able summary of ``result``; with the datasets, labels of targets and proponents
-    and the share of top-k proponents that have their target's label.
-
-    Everything but the LDS comes from ``result`` (the top-k of the first targets included); the
-    store is opened only to look for ``trak-dist eval``'s subset models.
-    """
+    and the share of top-k proponents sharing their target's label. The store is opened only to
+    look for ``trak-dist eval``'s subset models."""
     out: dict[str, Any] = {
         "trak_dist_version": __version__,
         "store": str(Path(result.store).resolve()),

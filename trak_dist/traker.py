@@ -1,13 +1,7 @@
-"""``TRAKer``: traker 0.3.2's API on the trak_dist store; switch with one import.
+"""``TRAKer``: traker 0.3.2's API on the trak_dist store (``from trak_dist import TRAKer``).
 
-    from trak_dist import TRAKer      # instead of: from trak import TRAKer
-
-Differences, all deliberate (README "Switching from traker" lists them all): the projection is
-the same Rademacher matrix on CPU and GPU (traker uses a normal one on CPU); XᵀX is accumulated
-in float64 and inverted through an eigendecomposition; Q and scores are stored in float32 even
-with ``use_half_precision``; the features Φ are never materialised (scores are computed as
-X (X_t K⁻¹)ᵀ); ``load_from_save_dir=False`` never deletes anything (``overwrite=True`` does).
-"""
+Deliberate differences are listed in README "Switching from traker" (same Rademacher matrix on
+CPU and GPU, float64 XᵀX, float32 Q and scores, Φ never materialised, no implicit deletion)."""
 
 from __future__ import annotations
 
@@ -20,29 +14,26 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trak_dist.batches import Batch, batch_size, select
+from trak_dist.batches import Batch
 from trak_dist.compat import (
     RowTracker,
     SaverView,
     TrakerGradients,
     adapt_projector,
     fold_all,
+    fold_targets,
     make_computer,
     make_featurizer,
+    own_projector,
     projection_name,
+    write_batch,
     writer_name,
 )
-from trak_dist.errors import (
-    ConfigError,
-    LabelError,
-    StoreMismatchError,
-    StoreStateError,
-    TrakerUsageError,
-)
-from trak_dist.gradients import GradientComputer, ParamLayout, kronecker_views
+from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, TrakerUsageError
+from trak_dist.gradients import GradientComputer
 from trak_dist.gradients import make_computer as engine_computer
 from trak_dist.pipeline import Reducer, ScoreRequest
-from trak_dist.projection import ProjectionKind, Projector, make_projector
+from trak_dist.projection import Projector
 from trak_dist.scoring import parse_lambda
 from trak_dist.store import (
     DEFAULT_CODEC,
@@ -50,11 +41,9 @@ from trak_dist.store import (
     FeatureStore,
     RowSet,
     checkpoint_fingerprint,
-    row_hashes,
     store_lock,
     variant_name,
 )
-from trak_dist.store._hashes import check_unchanged
 from trak_dist.tasks import describe, resolve_task
 
 logger = logging.getLogger("trak_dist")
@@ -63,33 +52,23 @@ logger = logging.getLogger("trak_dist")
 class TRAKer:
     """TRAK scores for a model, its checkpoints, a train set and target sets (traker's API).
 
-    Arguments are traker 0.3.2's, except that ``lambda_reg`` defaults to ``"auto"`` (λ per
-    checkpoint from the spectrum of XᵀX; a number keeps traker's meaning, and
-    ``lambda_reg=0.0`` is traker's default); ``gradient_computer`` (ours, or a traker class
-    such as ``trak.gradient_computers.IterativeGradientComputer``), ``projector`` (ours, or any
-    traker ``AbstractProjector``) and ``proj_max_batch_size`` behave as there (the latter is
-    ignored: our kernel takes any batch size). ``saver`` and ``score_computer`` are not
-    supported (the Zarr store replaces them); ``traker.saver`` is a read-only view of the store.
-
-    ``load_from_save_dir`` keeps traker's meaning: with False this instance ignores what other
-    processes put in ``save_dir`` (``finalize_features()`` / ``finalize_scores()`` without
-    ``model_ids`` cover only the checkpoints it loaded itself), but it deletes nothing. Rows
-    of its checkpoints already featurised are reused (traker recomputes them). To start
-    afresh, pass ``overwrite=True``, which deletes the whole store, every process's features.
+    Arguments are traker 0.3.2's, except: ``lambda_reg`` defaults to ``"auto"`` (λ per
+    checkpoint from the spectrum of XᵀX; ``0.0`` is traker's default); ``proj_max_batch_size``
+    is ignored; ``saver`` and ``score_computer`` are not supported (``traker.saver`` is a
+    read-only view of the store). ``gradient_computer`` and ``projector`` accept ours or
+    traker's classes. ``load_from_save_dir=False`` ignores other processes' checkpoints but
+    deletes nothing; ``overwrite=True`` deletes the whole store.
 
     Extra keywords:
 
     Args:
         overwrite: delete the store at ``save_dir`` first.
         micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
-        gradient_engine: ``auto`` (module hooks when the task has ``get_outputs`` and every
-            selected parameter has a hook rule, else vmap), ``vmap`` or ``hooks``; used when no
-            ``gradient_computer`` class is given (a given class is used as it is).
+        gradient_engine: ``auto``, ``vmap`` or ``hooks`` (see ``make_computer``), when no
+            ``gradient_computer`` class is given.
         projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
-        dataset_fingerprint: identifies the train set in the store's metadata. Rows are also
-            hashed as they are featurised, and a batch whose rows were featurised before is
-            checked against those hashes, so changed data is an error whatever this says.
+        dataset_fingerprint: names the train set in the store (rows are hashed regardless).
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.
     """
@@ -154,8 +133,8 @@ class TRAKer:
                 gradient_computer, self.model, self.task, grad_wrt, device, dtype
             )
         d = self.computer.layout.grad_dim
-        self.projector = adapt_projector(projector, d) or self._projector(
-            projection, proj_dim, projector_seed
+        self.projector = adapt_projector(projector, d) or own_projector(
+            self.model, self.computer.layout, projection, proj_dim, projector_seed, self.device
         )
         self.proj_dim = self.projector.proj_dim
         self.featurizer = make_featurizer(self.computer, self.projector, micro_batch_size)
@@ -184,14 +163,6 @@ class TRAKer:
         # row set path -> fingerprint of the checkpoint this instance featurised it with: its
         # finalize folds only rows staged from that checkpoint (store/_fold.py)
         self._fingerprints: dict[str, str] = {}
-
-    def _projector(self, projection: str, proj_dim: int, seed: int) -> Projector:
-        """Our projector of kind ``projection`` (the Kronecker one reads the layers' shapes)."""
-        layout: ParamLayout = self.computer.layout
-        views = None
-        if ProjectionKind(projection) is ProjectionKind.KRONECKER:
-            views = kronecker_views(self.model, layout)
-        return make_projector(projection, layout.grad_dim, proj_dim, seed, self.device, views=views)
 
     @property
     def saver(self) -> SaverView:
@@ -244,10 +215,7 @@ class TRAKer:
         self._train = self._track(rows, fingerprint, model_id)
 
     def featurize(
-        self,
-        batch: Batch,
-        inds: Iterable[int] | None = None,
-        num_samples: int | None = None,
+        self, batch: Batch, inds: Iterable[int] | None = None, num_samples: int | None = None
     ) -> None:
         """Project the per-sample gradients of ``batch`` into rows ``inds`` of X (and Q)."""
         if self._train is None:
@@ -255,45 +223,9 @@ class TRAKer:
                 "Load a checkpoint using traker.load_checkpoint before featurizing "
                 "(load_checkpoint(checkpoint, model_id))."
             )
-        self._write(self._train, batch, inds, num_samples, with_q=True)
-
-    def _write(
-        self,
-        tracker: RowTracker,
-        batch: Batch,
-        inds: Iterable[int] | None,
-        num_samples: int | None,
-        with_q: bool,
-    ) -> None:
-        """Featurise the rows of ``batch`` nobody has featurised yet (a rerun skips the rest)."""
-        assert self._model_id is not None  # set together with every tracker
-        rows = tracker.take(inds, num_samples)
-        if len(rows) != batch_size(batch):
-            raise ConfigError(
-                f"the batch holds {batch_size(batch)} samples but {len(rows)} rows were given "
-                "(inds= or num_samples=); they must match."
-            )
-        hashes = row_hashes(batch)
-        todo = tracker.pending(rows)
-        what = f"{'train' if with_q else 'target'} (model_id={self._model_id})"
-        if not todo.all():  # rows featurised before: were they these items?
-            done = rows[~todo]
-            stored = tracker.recorded_hashes(done)  # committed, or staged by any process
-            check_unchanged(stored, hashes[~todo], done, what, self.store.where)
-        if not todo.any():
-            logger.debug("all %d samples of this batch are already featurised", len(rows))
-            return
-        sub = batch if todo.all() else select(batch, torch.as_tensor(todo))
-        self.store.bind(tracker.rows, tracker.checkpoint, what)
-        try:
-            if with_q:
-                x, q = self.featurizer.featurize(sub, self._model_id)
-                tracker.write(rows[todo], x.numpy(), q.numpy(), hashes[todo])
-            else:
-                x = self.featurizer.project(sub, self._model_id)
-                tracker.write(rows[todo], x.numpy(), None, hashes[todo])
-        except LabelError as e:
-            raise e.at(rows[todo], "train rows" if with_q else "target rows") from None
+        write_batch(
+            self.store, self.featurizer, self._train, self._model_id, batch, inds, num_samples
+        )
 
     def finalize_features(
         self, model_ids: Iterable[int] | None = None, del_grads: bool = False
@@ -325,10 +257,7 @@ class TRAKer:
         self._targets = self._track(rows, fingerprint, model_id)
 
     def score(
-        self,
-        batch: Batch,
-        inds: Iterable[int] | None = None,
-        num_samples: int | None = None,
+        self, batch: Batch, inds: Iterable[int] | None = None, num_samples: int | None = None
     ) -> None:
         """Featurise a batch of targets for the current scoring checkpoint."""
         if self._targets is None:
@@ -336,7 +265,8 @@ class TRAKer:
                 "call start_scoring_checkpoint(exp_name, checkpoint, model_id, num_targets) "
                 "before score."
             )
-        self._write(self._targets, batch, inds, num_samples, with_q=False)
+        targets, model_id = self._targets, self._model_id
+        write_batch(self.store, self.featurizer, targets, model_id, batch, inds, num_samples, False)
 
     def finalize_scores(
         self, exp_name: str, model_ids: Iterable[int] | None = None, allow_skip: bool = False
@@ -348,25 +278,7 @@ class TRAKer:
                 f"No model IDs to finalize scores for: {self.save_dir} holds no featurised "
                 "checkpoint (or, with load_from_save_dir=False, this instance loaded none)."
             )
-        ready = []
-        for c in ids:
-            with store_lock(self.store.where):
-                try:
-                    rows = self.store.target_rows(exp_name, c)
-                    fold_all(
-                        rows,
-                        f"targets of {exp_name!r}, model_id={c}",
-                        "targets",
-                        self._fingerprints.get(rows.group.path),
-                    )
-                except StoreStateError as e:
-                    if not allow_skip:
-                        raise
-                    logger.warning("skipping model_id=%s: %s", c, e)
-                    continue
-            ready.append(c)
-        if not ready:
-            raise StoreStateError(f"no checkpoints to score experiment {exp_name!r} with.")
+        ready = fold_targets(self.store, exp_name, ids, self._fingerprints, allow_skip)
         self.finalize_features(ready)
         request = ScoreRequest(
             exp_name, tuple(ready), self.proj_dim, self.lambda_reg, self.kinv_scaling, self.topk

@@ -1,14 +1,16 @@
-"""traker 0.3.2's own classes inside ``TRAKer``: its gradient computers and projectors (or a
-user's subclasses of them), called exactly as traker calls them; its per-row bookkeeping on our
-store (any process fills any rows); and a read-only ``saver`` view.
+"""traker 0.3.2 inside ``TRAKer``: its gradient computers and projectors called as traker
+calls them (chosen only when a traker class is passed in), per-row bookkeeping on our store,
+TRAKer's per-batch steps, and a read-only ``saver`` view."""
 
-Our engines and projectors stay the fast path; these adapters are chosen only when a traker
-class is passed in.
-"""
-
+from trak_dist.compat._batches import fold_targets, write_batch
 from trak_dist.compat._featurizer import DirectFeaturizer, make_featurizer
 from trak_dist.compat._gradients import TrakerGradients, make_computer
-from trak_dist.compat._projector import TrakerProjector, adapt_projector, projection_name
+from trak_dist.compat._projector import (
+    TrakerProjector,
+    adapt_projector,
+    own_projector,
+    projection_name,
+)
 from trak_dist.compat._saver import SaverView
 from trak_dist.compat._tracker import RowTracker, fold_all, writer_name
 
@@ -20,8 +22,11 @@ __all__ = [
     "TrakerProjector",
     "adapt_projector",
     "fold_all",
+    "fold_targets",
     "make_computer",
     "make_featurizer",
+    "own_projector",
     "projection_name",
+    "write_batch",
     "writer_name",
 ]

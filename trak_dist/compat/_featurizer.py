@@ -14,18 +14,10 @@ from trak_dist.projection import Projector
 
 
 class DirectFeaturizer:
-    """Rows of X and Q the way traker 0.3.2 makes them: the computer's per-sample gradients go to
-    the projector as the computer returns them (a named dict or a ``[B, d]`` tensor), and the
-    projection is divided by sqrt(d) in the projector's output dtype.
-
-    Used whenever one side is a traker class: traker projectors may read the dict's names, and
-    traker computers return shapes our Featurizer does not take. Micro-batched like Featurizer.
-
-    Args:
-        computer: ours or a TrakerGradients.
-        projector: ours or a TrakerProjector.
-        micro_batch: samples per call; None for the whole batch.
-    """
+    """Rows of X and Q the way traker 0.3.2 makes them: gradients go to the projector as the
+    computer returns them (dict or ``[B, d]``), the projection divided by sqrt(d) in the
+    projector's output dtype. Used whenever one side is a traker class; micro-batched like
+    Featurizer (``micro_batch``: None for the whole batch)."""
 
     def __init__(
         self,

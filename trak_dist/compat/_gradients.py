@@ -22,22 +22,10 @@ _FUNCTIONAL_TRAKER_TASKS = (
 
 
 class TrakerGradients:
-    """A traker gradient computer, constructed and called as traker's TRAKer does.
-
-    traker builds it as ``cls(model=, task=, grad_dim=, dtype=, device=, grad_wrt=)``, reloads
-    its parameters with ``load_model_params(model)`` after each checkpoint, and takes
-    ``compute_per_sample_grad(batch)`` (a ``{name: [B, *shape]}`` dict or a ``[B, d]`` tensor,
-    passed to the projector as it is) and ``compute_loss_grad(batch)`` (Q).
-
-    Args:
-        cls: the traker class (``FunctionalGradientComputer``, ``IterativeGradientComputer`` or
-            a user's ``AbstractGradientComputer`` subclass).
-        model: the network (already on ``device``).
-        task: the model output.
-        grad_wrt: parameter names, or None for all.
-        dtype: traker's ``dtype`` argument (float16 with ``use_half_precision``).
-        device: traker's ``device`` argument, as the user gave it.
-    """
+    """A traker gradient computer, constructed and called as traker's TRAKer does:
+    ``cls(model=, task=, grad_dim=, dtype=, device=, grad_wrt=)``, ``load_model_params`` per
+    checkpoint, ``compute_per_sample_grad`` (to the projector as it is) and
+    ``compute_loss_grad`` (Q)."""
 
     def __init__(
         self,

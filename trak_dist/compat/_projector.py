@@ -6,21 +6,23 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from trak_dist.errors import ConfigError
-from trak_dist.projection import IdentityProjector, ProjectionKind, Projector, as_blocks
+from trak_dist.gradients import ParamLayout, kronecker_views
+from trak_dist.projection import (
+    IdentityProjector,
+    ProjectionKind,
+    Projector,
+    as_blocks,
+    make_projector,
+)
 from trak_dist.projection._base import GradInput
 
 
 class TrakerProjector(Projector):
-    """A traker projector (``BasicProjector``, ``CudaProjector``, a user's own subclass), called
-    as traker calls it: ``project(grads, model_id)`` with the gradient computer's output as it
-    is, a ``{name: [B, *shape]}`` dict or a ``[B, d]`` tensor.
-
-    Args:
-        inner: the traker projector instance.
-        grad_dim: d of the model's selected parameters.
-    """
+    """A traker projector (``BasicProjector``, ``CudaProjector``, a subclass), called as traker
+    calls it: ``project(grads, model_id)`` with the gradient computer's output as it is."""
 
     kind = ProjectionKind.RADEMACHER  # not used: the store records ``projection_name``
 
@@ -75,3 +77,18 @@ def projection_name(projector: Projector) -> str:
         proj_type = getattr(proj_type, "value", proj_type)
         return f"traker:{cls.__module__}:{cls.__qualname__}:{proj_type}"
     return ProjectionKind(projector.kind).value
+
+
+def own_projector(
+    model: nn.Module,
+    layout: ParamLayout,
+    projection: str,
+    proj_dim: int,
+    seed: int,
+    device: torch.device,
+) -> Projector:
+    """Our projector of kind ``projection`` (the Kronecker one reads the layers' shapes)."""
+    views = None
+    if ProjectionKind(projection) is ProjectionKind.KRONECKER:
+        views = kronecker_views(model, layout)
+    return make_projector(projection, layout.grad_dim, proj_dim, seed, device, views=views)

@@ -9,16 +9,9 @@ from trak_dist.store import FeatureStore
 
 
 class SaverView:
-    """traker's ``saver`` attributes, read live from the store; nothing here writes.
-
-    Every property returns a fresh dict: changing it changes nothing on disk (traker's saver
-    methods, such as ``save_scores``, have no counterpart: the Zarr store replaces them).
-
-    Args:
-        store: the TRAKer's store.
-        variant: the score variant this TRAKer writes (``p<proj_dim>_lambda<λ>``).
-        current_model_id: the model id of the last loaded checkpoint, or None.
-    """
+    """traker's ``saver`` attributes, read live from the store; nothing here writes (every
+    property returns a fresh dict). ``variant``: the score variant this TRAKer writes;
+    ``current_model_id``: the last loaded checkpoint, or None."""
 
     def __init__(self, store: FeatureStore, variant: str, current_model_id: int | None) -> None:
         self._store = store
@@ -52,11 +45,8 @@ class SaverView:
 
     @property
     def experiments(self) -> dict[str, dict[str, Any]]:
-        """``{exp: {"num_targets", "scores_path", "scores_finalized"}}`` as in traker.
-
-        ``scores_path`` is the Zarr array ``S`` (``[n, m]`` float32) of this TRAKer's variant;
-        read it with ``zarr.open_array(path)[:]`` (traker's is a ``.mmap`` numpy file).
-        """
+        """``{exp: {"num_targets", "scores_path", "scores_finalized"}}`` as in traker;
+        ``scores_path`` is the Zarr array ``S`` (read it with ``zarr.open_array(path)[:]``)."""
         out = {}
         for exp in self._store.experiments():
             scores = self._store.score_set(exp, self._variant)

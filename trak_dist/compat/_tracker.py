@@ -16,20 +16,9 @@ class RowTracker:
     """The rows of one row set this process still has to compute, and the ``num_samples=``
     cursor (consecutive calls fill consecutive rows, as in traker).
 
-    ``done`` is a snapshot, taken at load time, of the rows any process committed or staged
-    from this checkpoint; rows another process stages later are computed again here (the same
-    values: only work is lost). Writes go through ``RowSet.staged.write_rows`` under its
-    TRAKer's own writer name, with the rows' item hashes and the checkpoint's fingerprint: whole
-    chunks straight into X, other rows staged, and folded into X right away when the store lock
-    is free (``finalize_*`` folds whatever is left).
-
-    Args:
-        rows: the row set.
-        where: the store (for its lock).
-        writer: this TRAKer's staging name.
-        checkpoint: the fingerprint of the loaded checkpoint; rows staged from another one
-            are not reused.
-    """
+    ``done`` is a load-time snapshot of rows committed or staged from ``checkpoint`` (rows
+    staged later elsewhere are recomputed: only work is lost). Writes stage under ``writer``
+    with item hashes, and fold whole chunks at once when the store lock is free."""
 
     def __init__(self, rows: RowSet, where: str, writer: str, checkpoint: str) -> None:
         self.rows = rows

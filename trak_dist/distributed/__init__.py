@@ -1,8 +1,6 @@
-"""The Ray executor of the pipeline (``trak_dist.pipeline``): worker and reducer actors, the
-driver loop, its retry policy and Ctrl-C handling. The eval driver runs subset models on Ray.
-
-The plain classes are re-exported from ``trak_dist.pipeline``, where they live.
-"""
+"""The Ray executor of the pipeline: worker and reducer actors, the driver loop, its retry
+policy and Ctrl-C handling, and the eval driver. Plain classes re-exported from
+``trak_dist.pipeline``."""
 
 from trak_dist.pipeline import JobResult, Reducer, ShardResult, ShardTask, Worker
 

@@ -1,10 +1,7 @@
 """Ctrl-C for a driver that spends its time inside Ray's blocking calls.
 
-Ray's ``ray.wait``/``ray.get`` check for signals from C++ while they block: the
-KeyboardInterrupt that Python's default SIGINT handler raises there can be absorbed (a job was
-seen to run to its end, exit code 0, after a SIGINT). So the driver notes Ctrl-C in a flag as
-well, and raises it itself at its next poll (every ``POLL_S``).
-"""
+``ray.wait``/``ray.get`` can absorb the KeyboardInterrupt raised while they block (a job ran to
+its end, exit 0, after a SIGINT), so Ctrl-C also sets a flag the driver checks every ``POLL_S``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""When the Ray driver replaces a worker or reruns a shard, and when it gives up.
-
-The driver's loop only reports what failed; this class decides (xgboost_ray's split of
-``train``, the retry policy, from ``_train``, the loop). Committed chunks survive any failure, so
-a job that gives up resumes where it stopped when rerun.
-"""
+"""When the Ray driver replaces a worker or reruns a shard, and when it gives up (the loop
+reports, this decides, as xgboost_ray splits them). Committed chunks survive any failure."""
 
 from __future__ import annotations
 
@@ -19,12 +15,8 @@ logger = logging.getLogger("trak_dist.distributed.driver")
 
 @dataclass
 class RetryPolicy:
-    """At most ``max_restarts`` dead workers replaced and ``max_retries`` reruns per shard.
-
-    Attributes:
-        restarts: workers replaced so far.
-        retries: shards rerun so far (after a worker died running them, or they raised).
-    """
+    """At most ``max_restarts`` dead workers replaced and ``max_retries`` reruns per shard;
+    ``restarts`` and ``retries`` count them."""
 
     max_restarts: int
     max_retries: int
@@ -32,11 +24,8 @@ class RetryPolicy:
     retries: int = 0
 
     def worker_lost(self, what: str, e: Exception) -> None:
-        """A worker died (or failed to start): replace it, unless too many were replaced.
-
-        Raises:
-            WorkerFailedError: past ``cluster.max_worker_restarts``.
-        """
+        """A worker died (or failed to start): replace it, unless past
+        ``cluster.max_worker_restarts`` (WorkerFailedError)."""
         self.restarts += 1
         if self.restarts > self.max_restarts:
             raise WorkerFailedError(
@@ -47,14 +36,8 @@ class RetryPolicy:
         logger.warning("%s; replacing it", what)
 
     def task_failed(self, task: ShardTask, e: Exception) -> None:
-        """A shard raised: rerun it unless the error was raised on purpose or it is out of
-        retries.
-
-        Raises:
-            TrakDistError: the shard's own expected error (bad data, a mismatched store): a
-                retry would only repeat it.
-            WorkerFailedError: past ``featurize.max_task_retries``.
-        """
+        """A shard raised: rerun it unless the error was raised on purpose (TrakDistError:
+        bad data, a mismatched store) or it is out of retries (WorkerFailedError)."""
         cause = failures.unwrap(e)
         if isinstance(cause, TrakDistError):
             raise cause from e

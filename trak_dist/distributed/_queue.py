@@ -9,13 +9,9 @@ from trak_dist.pipeline import ShardTask
 
 
 class TaskQueue:
-    """Pending shards per checkpoint, handed out with checkpoint affinity.
-
-    A worker caches its checkpoint's weights and projection matrix (for small models P is
-    generated once per checkpoint), so a free worker keeps its last checkpoint while that one
-    has shards, and otherwise takes the checkpoint fewest workers are on: switching costs a
-    reload and a regeneration of P.
-    """
+    """Pending shards per checkpoint, handed out with checkpoint affinity: a switch costs a
+    reload and a regeneration of P, so a free worker keeps its checkpoint while it has shards,
+    else takes the one fewest workers are on."""
 
     def __init__(self, tasks: list[ShardTask] | None = None) -> None:
         self._by_model: dict[int, deque[ShardTask]] = {}

@@ -76,11 +76,8 @@ def machine_cpus() -> int:
 
 def connect(cluster: ClusterConfig) -> bool:
     """Start an in-process Ray (``local``) or join a running cluster; True if started here.
-
-    The local Ray gets this machine's real CPUs (and the GPUs Ray detects), so that
-    ``worker_count`` caps the workers at what fits instead of oversubscribing the cores, and
-    listens on loopback only, with no metrics endpoints.
-    """
+    The local Ray gets the machine's real CPUs (so ``worker_count`` fits the cores) and
+    listens on loopback only, without metrics endpoints."""
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -1,9 +1,6 @@
 """The Ray executor: hands shards to worker actors, forwards partial XᵀX to the reducer actor.
-
-State lives in one dataclass; the loop waits on ``ray.wait(..., timeout=…)``. A worker that dies
-is replaced and its shard rerun, a shard that raises is retried, as ``RetryPolicy`` allows.
-Committed chunks survive any failure, so rerunning a killed job resumes where it stopped.
-"""
+State lives in one dataclass; the loop polls ``ray.wait``. Dead workers are replaced and failed
+shards retried as ``RetryPolicy`` allows; committed chunks survive, so reruns resume."""
 
 from __future__ import annotations
 
@@ -45,25 +42,14 @@ def run_job(
     on_shard: OnShard | None = None,
     keep_alive: bool = False,
 ) -> JobResult:
-    """``run_pipeline`` on Ray: featurise what the store lacks, reduce, and score ``variants``
-    ((proj_dim, λ) pairs; default the job's own).
-
-    Args:
-        cfg: the job.
-        variants: (proj_dim, lambda_reg) pairs to score (λ a number or ``"auto"``).
-        on_shard: called after each finished shard (progress hooks, fault-injection tests).
-        keep_alive: leave Ray and the reducer running for the next call in this process
-            (sweeps); they stop at interpreter exit.
-    """
+    """``run_pipeline`` on Ray for ``variants`` ((proj_dim, λ) pairs; λ a number or ``"auto"``);
+    ``on_shard`` runs after each shard; ``keep_alive`` keeps Ray and the reducer (sweeps)."""
     return run_pipeline(cfg, RayExecutor(keep_alive), variants, on_shard)
 
 
 class RayExecutor(Executor):
-    """Shards on worker actors (one per slot, replaced when they die), the reducer in an actor.
-
-    Args:
-        keep_alive: keep Ray and the reducer for the next run in this process (sweeps).
-    """
+    """Shards on worker actors (one per slot, replaced when they die), the reducer in an actor;
+    ``keep_alive`` keeps Ray and the reducer for the next run in this process (sweeps)."""
 
     def __init__(self, keep_alive: bool = False) -> None:
         self.keep_alive = keep_alive

@@ -1,11 +1,7 @@
 """The evaluation driver: trains the LDS's subset models as Ray tasks, stores each as it finishes.
 
-Every subset model is one task (``eval.cpus_per_model`` / ``gpus_per_model`` Ray resources) on
-the same cluster kinds as featurisation: an in-process Ray (``cluster=local``), or a running
-cluster (``cluster=ray``, e.g. under ``ray job submit``, or ``cluster=slurm`` inside an
-allocation started by ``launch/``). The driver alone writes the store: a finished model's
-margins, then its done flag. A killed evaluation keeps what finished; a rerun trains the rest.
-"""
+One task per model (``eval.cpus_per_model`` / ``gpus_per_model``); only the driver writes the
+store (margins, then done flag), so a rerun trains only what a killed evaluation left."""
 
 from __future__ import annotations
 
@@ -89,13 +85,8 @@ def open_eval(cfg: JobConfig) -> tuple[FeatureStore, EvalSet]:
 
 
 def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> EvalRun:
-    """Train the subset models ``eval/<exp>`` lacks and store their target margins.
-
-    Args:
-        cfg: the job (``store``, ``scoring.exp_name``, ``model``, ``task``, ``data.targets``,
-            ``eval``, ``cluster``).
-        on_model: called with j after subset model j is stored (progress, fault injection).
-    """
+    """Train the subset models ``eval/<exp>`` lacks and store their target margins;
+    ``on_model(j)`` runs after model j is stored (progress, fault injection)."""
     t0 = time.perf_counter()
     if cfg.eval.recipe == EvalConfig.recipe and cfg.model.factory != ModelConfig.factory:
         raise ConfigError(
@@ -138,15 +129,9 @@ def _train_all(
     on_model: Callable[[int], None] | None,
     joined: bool = True,
 ) -> None:
-    """Train ``todo`` as Ray tasks, storing each as it finishes.
-
-    On failure or Ctrl-C the tasks still running are never cancelled: ``ray.cancel`` racing a
-    task's reply aborts the whole driver process in Ray's task manager ("Check failed: it !=
-    submissible_tasks_.end() Tried to complete task that was not pending", ray-project/ray
-    #54846; seen here on Ctrl-C and in CI, where it killed pytest). A Ray started here is shut
-    down, which stops them; on a joined cluster (``joined``) they finish, unused, or stop when
-    this process disconnects.
-    """
+    """Train ``todo`` as Ray tasks, storing each as it finishes. Running tasks are never
+    cancelled (``ray.cancel`` racing a reply aborts the driver, ray-project/ray#54846): a Ray
+    started here is shut down, which stops them; on a joined cluster they finish unused."""
     task = ray.remote(_train_one).options(
         num_cpus=cfg.eval.cpus_per_model,
         num_gpus=cfg.eval.gpus_per_model,

@@ -1,9 +1,5 @@
-"""Three small digit classifiers (an MLP, a CNN, a transformer) that the vmap engine handles.
-
-They take a flat ``[B, 64]`` batch of 8×8 images and return ``[B, 10]`` logits. The transformer
-is written out by hand (no ``nn.MultiheadAttention``) so that ``torch.func.vmap`` over
-``functional_call`` sees only plain tensor ops.
-"""
+"""Three small digit classifiers (MLP, CNN, transformer), ``[B, 64]`` → ``[B, 10]`` logits; the
+transformer is written out by hand so vmap over ``functional_call`` sees plain tensor ops."""
 
 from __future__ import annotations
 
@@ -33,12 +29,8 @@ class DigitsCNN(nn.Module):
 
 
 class DigitsTransformer(nn.Module):
-    """One pre-norm transformer block over the image's 8 rows as tokens; 9.5k parameters.
-
-    Args:
-        width: token width.
-        heads: attention heads (``width`` must divide by it).
-    """
+    """One pre-norm transformer block over the image's 8 rows as tokens (9.5k parameters);
+    ``width`` must divide by ``heads``."""
 
     def __init__(self, width: int = 32, heads: int = 2) -> None:
         super().__init__()

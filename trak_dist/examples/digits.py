@@ -1,11 +1,8 @@
-"""The embedded default: scikit-learn's 8×8 digits, a small MLP, a few checkpoints.
+"""The embedded default: scikit-learn's 8×8 digits (no download), a small MLP, a few checkpoints.
 
-1797 images ship with scikit-learn (no download). The first 1500 are the train set, the other
-297 the targets. Checkpoints are trained from different seeds on first use and cached under
-``$TRAK_DIST_CACHE`` (default ``.trak_cache`` in the working directory). ``train_subset`` is the
-training recipe ``trak-dist eval`` retrains on random subsets. Besides the default MLP, a CNN and
-a small transformer (``arch="cnn"``, ``"transformer"``) serve the LDS benchmark.
-"""
+1500 train images, 297 targets; checkpoints trained on first use, cached under
+``$TRAK_DIST_CACHE`` (default ``.trak_cache``). ``train_subset`` is ``trak-dist eval``'s recipe;
+``arch="cnn"`` / ``"transformer"`` serve the LDS benchmark."""
 
 from __future__ import annotations
 
@@ -75,11 +72,8 @@ def train_subset(
     hidden: int = HIDDEN,
     epochs: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The training recipe: a model trained on train examples ``indices`` from ``seed``.
-
-    Adam, batches of 128, ``epochs`` passes (default per arch: ``EPOCHS``). Deterministic given
-    its arguments (on one thread).
-    """
+    """The training recipe: a model trained on train examples ``indices`` from ``seed`` (Adam,
+    batches of 128, ``epochs`` passes, default ``EPOCHS``); deterministic on one thread."""
     model = _seeded_model(seed, hidden, arch)
     x, y = train_set().tensors
     idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))

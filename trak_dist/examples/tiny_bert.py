@@ -1,16 +1,13 @@
 """A BERT sequence classifier on generated token data (no download).
 
-Each sequence holds one keyword token (1, 2 or 3; the label is keyword − 1) among random filler
-tokens, 6 to ``SEQ_LEN`` tokens long, right-padded with 0; the second half of the real tokens
-is segment 1. Checkpoints of a small ``BertForSequenceClassification`` (default attention) are
-trained on first use and cached like ``examples/digits.py``.
+One keyword token (1-3; label = keyword − 1) among random filler, 6 to ``SEQ_LEN`` tokens,
+right-padded with 0, second half segment 1; checkpoints cached like ``examples/digits.py``.
 
     trak-dist model=custom data=custom task=text_classification \\
         model.factory=trak_dist.examples.tiny_bert:make_model \\
         model.checkpoints=trak_dist.examples.tiny_bert:checkpoints \\
         data.train=trak_dist.examples.tiny_bert:train_set \\
-        data.targets=trak_dist.examples.tiny_bert:target_set
-"""
+        data.targets=trak_dist.examples.tiny_bert:target_set"""
 
 from __future__ import annotations
 

@@ -1,20 +1,15 @@
 """A GPT-2-architecture language model on text that ships with scikit-learn (no download).
 
-The text is scikit-learn's 14 dataset descriptions (``sklearn/datasets/descr/*.rst``, about
-43 kB of English). Each file's whitespace is collapsed and the text cut at word boundaries into
-pieces of at most ``SEQ_LEN`` characters, right-padded; a character-level vocabulary is built
-from the text (id 0 is padding). Every 8th piece is a target, the rest are the train set.
-Checkpoints of a small ``GPT2LMHeadModel`` (default attention) are trained from different seeds
-on first use and cached under ``$TRAK_DIST_CACHE`` (default ``.trak_cache``), like
-``examples/digits.py``.
+scikit-learn's dataset descriptions (~43 kB of English), cut at word boundaries into pieces of
+at most ``SEQ_LEN`` characters, right-padded, character vocabulary (0: padding); every 8th
+piece is a target. Checkpoints are trained on first use and cached like ``examples/digits.py``.
 
     trak-dist model=custom data=custom task=causal_lm \\
         model.factory=trak_dist.examples.tiny_lm:make_model \\
         model.checkpoints=trak_dist.examples.tiny_lm:checkpoints \\
         data.train=trak_dist.examples.tiny_lm:train_set \\
         data.targets=trak_dist.examples.tiny_lm:target_set \\
-        proj_dim=256 lambda_reg=1e-2
-"""
+        proj_dim=256 lambda_reg=1e-2"""
 
 from __future__ import annotations
 
@@ -171,12 +166,3 @@ def checkpoints(
         )
         for seed in range(num)
     ]
-
-
-def mean_loss(path: Path, n_embd: int = 64) -> float:
-    """The target set's mean next-token cross-entropy under a checkpoint (nats per token)."""
-    model = make_model(n_embd).eval()
-    model.load_state_dict(torch.load(path, weights_only=True))
-    data = target_set()
-    with torch.no_grad():
-        return float(_next_token_loss(model, data.input_ids, data.attention_mask))

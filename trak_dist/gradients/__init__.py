@@ -1,9 +1,6 @@
-"""Per-sample gradients of a model output, and the parameter layout that orders them.
-
-Two engines (``make_computer`` chooses): ``GradientComputer`` (torch.func vmap) and
-``HookGradientComputer`` (module hooks, no vmap); ``IterativeGradientComputer`` is the slow
-autograd loop used as a fallback and a reference.
-"""
+"""Per-sample gradients of a model output, and the parameter layout that orders them:
+``GradientComputer`` (vmap), ``HookGradientComputer`` (hooks; ``make_computer`` chooses) and
+``IterativeGradientComputer`` (slow autograd loop: fallback and reference)."""
 
 from trak_dist.gradients._computers import GradientComputer, IterativeGradientComputer
 from trak_dist.gradients._engine import ENGINES, hooks_unsupported, make_computer, resolve_engine

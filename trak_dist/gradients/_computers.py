@@ -20,17 +20,8 @@ def _samples(batch: Batch) -> list[Any]:
 
 
 class GradientComputer:
-    """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``).
-
-    The model is put in eval mode, so BatchNorm uses its running statistics and Dropout is off:
-    a sample's gradient does not depend on the rest of its batch.
-
-    Args:
-        model: the network; its parameters are replaced by ``load_state_dict``.
-        task: a ModelOutput (see ``trak_dist.tasks``).
-        grad_wrt: parameter names to differentiate, None for all.
-        device: where the model runs.
-    """
+    """Per-sample gradients ``{name: [B, *shape]}`` with torch.func (``vmap(grad(f))``), the
+    model in eval mode so a sample's gradient does not depend on its batch."""
 
     def __init__(
         self,
@@ -82,10 +73,8 @@ class GradientComputer:
 
 
 class IterativeGradientComputer(GradientComputer):
-    """The same gradients, one ``torch.autograd.grad`` call per sample.
-
-    Slow; a fallback for models torch.func cannot trace, and the tests' reference.
-    """
+    """The same gradients, one ``torch.autograd.grad`` call per sample (slow: a fallback for
+    models torch.func cannot trace, and the tests' reference)."""
 
     def per_sample_grads(self, batch: Batch) -> dict[str, Tensor]:
         batch = to_device(batch, self.device)

@@ -1,11 +1,7 @@
 """Choosing the gradient engine: ``vmap`` (torch.func), ``hooks`` (module hooks) or ``auto``.
 
-``auto`` picks ``hooks`` when the task has a batched ``get_outputs`` and every selected parameter
-belongs to a module the hook engine has a rule for, else ``vmap``. Both give the same features to
-float rounding; hooks need no vmap (any model that runs forward and backward in eval mode, e.g.
-Hugging Face models whose attention-mask code vmap cannot trace) and never hold more than one
-module's per-sample gradients.
-"""
+``auto`` picks ``hooks`` when the task has a batched ``get_outputs`` and every selected
+parameter has a hook rule: same features, no vmap tracing, one module's gradients at a time."""
 
 from __future__ import annotations
 
@@ -40,11 +36,8 @@ def hooks_unsupported(model: nn.Module, task: Any, grad_wrt: Iterable[str] | Non
 def resolve_engine(
     engine: str, model: nn.Module, task: Any, grad_wrt: Iterable[str] | None = None
 ) -> str:
-    """``vmap`` or ``hooks`` for ``engine`` (``auto`` resolved as the module docstring says).
-
-    Raises:
-        ConfigError: ``hooks`` was asked for but cannot run this model and task.
-    """
+    """``vmap`` or ``hooks`` for ``engine`` (``auto`` as the module docstring says); ConfigError
+    when ``hooks`` cannot run this model and task."""
     if engine not in ENGINES:
         raise ConfigError(f"gradient_engine={engine!r}; expected one of {ENGINES}.")
     if engine == "vmap":

@@ -28,21 +28,11 @@ CHECK_RTOL = 1e-3
 class HookGradientComputer(GradientComputer):
     """Per-sample gradients of ``task.get_outputs(model, batch)`` from module hooks.
 
-    Sample i's output depends on sample i only (eval mode), so the gradient of the summed
-    outputs with respect to module m's output at sample i is that sample's δ; each rule
-    (``_rules.py``, ``_norms.py``) turns a module's inputs and δ into its parameters'
-    per-sample gradients, handed to the sink one module call at a time and then dropped.
-
-    The first micro-batch also asks autograd for the batch-summed parameter gradient and checks
-    that the per-sample gradients add up to it, which catches a weight used outside its
-    module's forward (e.g. read directly by another module). Later micro-batches skip the
-    summed weight gradients altogether (no weight requires grad during their backward).
-
-    Args:
-        model: the network (put in eval mode).
-        task: a ModelOutput with ``get_outputs``.
-        grad_wrt: parameter names to differentiate, None for all.
-        device: where the model runs.
+    In eval mode sample i's output depends on sample i only, so the gradient of the summed
+    outputs at module m's output is that sample's δ; rules (``_rules.py``, ``_norms.py``) turn
+    inputs and δ into per-sample parameter gradients, one module call at a time. The first
+    micro-batch checks they add up to autograd's summed gradient (catches a weight used outside
+    its module); later ones skip the summed weight gradients.
 
     Raises:
         ConfigError: the task has no ``get_outputs``, or a selected parameter has no rule.
@@ -71,14 +61,9 @@ class HookGradientComputer(GradientComputer):
         self._checked = False
 
     def stream(self, batch: Batch, sink: Sink, with_q: bool = False) -> Tensor | None:
-        """Run the micro-batch; ``sink`` receives each module call's blocks as backward reaches
-        it (weight and bias of one call together). Blocks of one parameter may come several
-        times (a tied or reused weight); its gradient is their sum.
-
-        Returns:
-            With ``with_q`` and a task that has ``get_outputs_and_q``: Q ``[B]`` float32 from
-            the same forward pass; else None (Q then comes from :meth:`out_to_loss`).
-        """
+        """Run the micro-batch; ``sink`` gets each module call's blocks as backward reaches it
+        (a reused weight's blocks come several times: its gradient is their sum). Returns Q
+        ``[B]`` from the same forward with ``with_q`` and ``get_outputs_and_q``, else None."""
         batch = to_device(batch, self.device)
         size = batch_size(batch)
         check = not self._checked

@@ -19,14 +19,9 @@ OnGrad = Callable[[nn.Module, tuple[Any, ...], Tensor | None, Tensor], None]
 class ModuleHookManager:
     """One forward hook per module, registered only for the length of a :meth:`capture`.
 
-    In a capture, every call of a hooked module registers a hook on its output tensor; when the
-    backward pass reaches it, ``on_grad(module, inputs, output, δ)`` runs and the call's saved
-    inputs are released, so at most the activations autograd keeps anyway are alive.
-
-    The hooks are the user's model's state for no longer than one forward/backward pass:
-    ``capture`` removes them on the way out, also when the pass raises, so a model handed to
-    trak_dist (a TRAKer's, a worker's) carries none of them afterwards (docs/design.md,
-    invariant 9). The tensor hooks live on the pass's intermediate outputs and go with its graph.
+    Each hooked call hooks its output tensor; when backward reaches it, ``on_grad(module,
+    inputs, output, δ)`` runs and the saved inputs are released. ``capture`` removes the hooks
+    however the pass ends (docs/design.md, invariant 9).
 
     Args:
         modules: the modules to hook.
@@ -42,16 +37,9 @@ class ModuleHookManager:
 
     @contextmanager
     def capture(self, on_grad: OnGrad, batch: int, root: Tensor | None = None) -> Iterator[None]:
-        """Hooks registered and active for a forward/backward pass over ``batch`` samples, and
-        removed when it ends (however it ends).
-
-        ``root`` (a zero scalar that requires grad) is added to every hooked output that does
-        not require grad, so that its gradient is computed even when no weight requires grad
-        (the engine's fast mode skips the batch-summed weight gradients).
-
-        Raises:
-            RuntimeError: a capture is already active (captures do not nest).
-        """
+        """Hooks active for one forward/backward pass over ``batch`` samples, removed after;
+        ``root`` (a zero scalar requiring grad) is added to hooked outputs that do not require
+        grad, so δ is computed even when no weight does. Captures do not nest."""
         if self._on_grad is not None:
             raise RuntimeError("ModuleHookManager.capture is already active; captures do not nest")
         handles: list[RemovableHandle] = []

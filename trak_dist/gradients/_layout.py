@@ -12,11 +12,8 @@ from trak_dist.errors import ConfigError
 
 @dataclass(frozen=True)
 class ParamLayout:
-    """The selected parameters in ``named_parameters()`` order with their flat offsets.
-
-    This order defines the rows of the projection matrix, so it must be the same in every worker
-    (it is: it depends only on the model class and ``grad_wrt``).
-    """
+    """The selected parameters in ``named_parameters()`` order with their flat offsets: the rows
+    of P, the same in every worker (it depends only on the model class and ``grad_wrt``)."""
 
     names: tuple[str, ...]
     numels: tuple[int, ...]

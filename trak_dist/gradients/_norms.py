@@ -1,18 +1,9 @@
-"""Hook rules for normalisation layers whose output is ``y = w ⊙ x̂ + b`` (x̂: the normalised
-input), so the per-sample gradients are ``Σ δ ⊙ x̂`` for w and ``Σ δ`` for b.
+"""Hook rules for normalisation layers ``y = w ⊙ x̂ + b``: per-sample ``Σ δ ⊙ x̂`` and ``Σ δ``.
 
-Supported, and detected exactly so:
-
-- ``nn.LayerNorm``, ``nn.RMSNorm``: w, b over the trailing ``normalized_shape``.
-- ``nn.GroupNorm``; ``nn.BatchNorm1d/2d/3d`` with running statistics (the model is in eval mode,
-  so x̂ uses them and a sample's gradient does not depend on its batch): w, b per channel (dim 1).
-- Hugging Face style RMS norms: a module whose class name ends in ``RMSNorm`` and whose only
-  parameter is a 1-D ``weight`` (Llama, Mistral, Qwen; other names, e.g. T5's ``T5LayerNorm``,
-  have no rule).
-  x̂ is the module's own output with the weight set to ones, and every call checks that the real
-  output equals ``w ⊙ x̂``; a variant such as Gemma's ``(1 + w) ⊙ x̂`` fails the check with an
-  error instead of giving wrong gradients.
-"""
+Supported: ``nn.LayerNorm``, ``nn.RMSNorm`` (trailing dims); ``nn.GroupNorm``,
+``nn.BatchNorm1d/2d/3d`` with running statistics (per channel); Hugging Face ``*RMSNorm`` with
+one 1-D ``weight``, where x̂ is the module's output with unit weight and every call checks
+``y = w ⊙ x̂`` (so Gemma's ``(1 + w) ⊙ x̂`` is an error, not wrong gradients)."""
 
 from __future__ import annotations
 

@@ -72,11 +72,8 @@ def hook_problems(model: nn.Module, layout: ParamLayout) -> list[str]:
 
 
 def hook_plan(model: nn.Module, layout: ParamLayout) -> list[HookedModule]:
-    """The modules to hook, in ``named_modules`` order.
-
-    Raises:
-        ConfigError: a selected parameter has no rule (naming it and the fixes).
-    """
+    """The modules to hook, in ``named_modules`` order (ConfigError naming a selected parameter
+    without a rule, and the fixes)."""
     problems = hook_problems(model, layout)
     if problems:
         shown = "\n  - ".join(problems[:10])

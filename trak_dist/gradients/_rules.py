@@ -1,17 +1,10 @@
-"""Per-module-type rules of the hook engine: a module's per-sample parameter gradients from its
-inputs ``a`` (kept by a forward hook) and its output gradient ``δ`` (a hook on its output).
+"""Per-module-type rules of the hook engine: per-sample parameter gradients from a module's
+inputs ``a`` and its output gradient ``δ``.
 
-Matrix-shaped weights come out as :class:`FactorBlock` s (Σ_t left_t ⊗ right_t, never formed
-here); everything else as formed :class:`GradBlock` s. Supported modules, and nothing else:
-
-- ``nn.Linear``: W ``[out, in]`` = Σ_t δ_t a_tᵀ, bias Σ_t δ_t.
-- Hugging Face ``Conv1D`` (GPT-2; W ``[in, out]``): W = Σ_t a_t δ_tᵀ, bias Σ_t δ_t.
-- ``nn.Conv1d`` / ``nn.Conv2d`` with ``groups=1``, any padding mode: the Linear rule on the
-  unfolded input (t: output positions).
-- ``nn.Embedding`` without ``max_norm`` / ``scale_grad_by_freq``: W ``[V, D]`` = Σ_t e_{id_t} δ_tᵀ
-  (positions at ``padding_idx`` contribute nothing, as in torch).
-- Normalisation layers with an elementwise affine: see ``_norms.py``.
-"""
+Matrix weights come out as :class:`FactorBlock` s (Σ_t left_t ⊗ right_t), the rest as
+:class:`GradBlock` s. Supported: ``nn.Linear``, HF ``Conv1D``, ``nn.Conv1d/2d`` with
+``groups=1`` (Linear on the unfolded input), ``nn.Embedding`` without ``max_norm`` /
+``scale_grad_by_freq``, and the normalisation layers of ``_norms.py``."""
 
 from __future__ import annotations
 
@@ -28,12 +21,8 @@ Blocks = list[GradBlock | FactorBlock]
 
 
 class Rule(ABC):
-    """Per-sample gradients of one module type's own parameters.
-
-    Attributes:
-        params: the local parameter names the rule covers.
-        keeps_output: whether ``blocks`` needs the module's output.
-    """
+    """Per-sample gradients of one module type's own parameters (``params``: local names
+    covered; ``keeps_output``: ``blocks`` needs the module's output)."""
 
     params: tuple[str, ...] = ("weight", "bias")
     keeps_output = False
@@ -55,15 +44,9 @@ class Rule(ABC):
         grad: Tensor,
         offsets: dict[str, int],
     ) -> Blocks:
-        """The selected parameters' per-sample gradients of one call of ``module``.
-
-        Args:
-            module: the module.
-            inputs: its positional inputs (detached), batch first.
-            output: its output (detached) when ``keeps_output``, else None.
-            grad: ``δ``, the gradient of the summed model outputs w.r.t. its output.
-            offsets: global offset of each selected local parameter.
-        """
+        """The selected parameters' per-sample gradients of one call of ``module``, from its
+        detached ``inputs`` (batch first), ``output`` (when ``keeps_output``), ``grad`` δ and
+        the global ``offsets`` of its selected local parameters."""
 
 
 def first_input(module: nn.Module, inputs: tuple[Any, ...]) -> Tensor:
@@ -88,6 +71,8 @@ def tokens(x: Tensor, batch: int, features: int) -> Tensor:
 
 
 class LinearRule(Rule):
+    transposed = False  # True: the weight is stored [in, out] (transformers' Conv1D)
+
     def view_cols(self, module: Any, local: str) -> int | None:
         return int(module.weight.shape[1]) if local == "weight" else None
 
@@ -100,41 +85,25 @@ class LinearRule(Rule):
         offsets: dict[str, int],
     ) -> Blocks:
         b = grad.shape[0]
-        out_f, in_f = module.weight.shape
+        rows, cols = module.weight.shape
+        out_f, in_f = (cols, rows) if self.transposed else (rows, cols)
         delta = tokens(grad, b, out_f)
         found: Blocks = []
         if "weight" in offsets:
             a = tokens(first_input(module, inputs), b, in_f)
-            found.append(FactorBlock(offsets["weight"], out_f, delta, a))
+            if self.transposed:
+                found.append(FactorBlock(offsets["weight"], in_f, a, delta))
+            else:
+                found.append(FactorBlock(offsets["weight"], out_f, delta, a))
         if "bias" in offsets:
             found.append(GradBlock(offsets["bias"], delta.sum(1)))
         return found
 
 
-class HFConv1DRule(Rule):
+class HFConv1DRule(LinearRule):
     """transformers' ``Conv1D``: a Linear layer with the weight stored ``[in, out]``."""
 
-    def view_cols(self, module: Any, local: str) -> int | None:
-        return int(module.weight.shape[1]) if local == "weight" else None
-
-    def blocks(
-        self,
-        module: Any,
-        inputs: tuple[Any, ...],
-        output: Tensor | None,
-        grad: Tensor,
-        offsets: dict[str, int],
-    ) -> Blocks:
-        b = grad.shape[0]
-        in_f, out_f = module.weight.shape
-        delta = tokens(grad, b, out_f)
-        found: Blocks = []
-        if "weight" in offsets:
-            a = tokens(first_input(module, inputs), b, in_f)
-            found.append(FactorBlock(offsets["weight"], in_f, a, delta))
-        if "bias" in offsets:
-            found.append(GradBlock(offsets["bias"], delta.sum(1)))
-        return found
+    transposed = True
 
 
 class ConvRule(Rule):

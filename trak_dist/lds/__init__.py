@@ -1,11 +1,7 @@
 """The linear datamodeling score (LDS): how well scores predict retrained models' outputs.
 
-The measurement only: the metric, the LDS of a store's score sets against stored subset-model
-outputs, the tables, and ``SubsetTrainer`` (one subset model's target outputs, a plain class).
-Running the subset models is orchestration: ``trak_dist.evaluate`` (``trak_dist.evaluation``)
-and ``trak-dist eval`` drive them through ``trak_dist.distributed.eval_driver``, which imports
-this package, never the reverse (docs/design.md, "Import rules").
-"""
+The measurement only; ``trak_dist.distributed.eval_driver`` runs the subset models and imports
+this package, never the reverse (docs/design.md, "Import rules")."""
 
 from __future__ import annotations
 

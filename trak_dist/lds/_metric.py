@@ -1,10 +1,7 @@
 """The linear datamodeling score (LDS; Park et al., TRAK, 2023, §2.2) and its bootstrap interval.
 
-For target t and subset models j = 1..M trained on train subsets S_j, the attribution predicts
-the target's output as g_jt = Σ_{i ∈ S_j} τ_it (scores summed over the subset); the LDS of t is
-the Spearman correlation over j of g_jt and the margin actually measured, f_jt. The LDS of a
-score set is the mean over targets.
-"""
+Target t's prediction for subset model j is g_jt = Σ_{i ∈ S_j} τ_it; its LDS is the Spearman
+correlation over j of g_jt and the measured margin f_jt. A score set's LDS is the target mean."""
 
 from __future__ import annotations
 
@@ -21,9 +18,7 @@ class LDSResult:
         lds: mean over targets with a defined correlation.
         low, high: the interval at ``level`` (resampling models and targets together).
         per_target: ``[m]`` Spearman per target (NaN where a side is constant over models).
-        models: subset models used (M).
-        targets: targets with a defined correlation.
-        level: the interval's coverage, e.g. 0.95.
+        models, targets: subset models used (M), targets with a defined correlation.
     """
 
     lds: float
@@ -92,19 +87,11 @@ def _weighted_spearman(op: np.ndarray, oa: np.ndarray, weights: np.ndarray) -> n
 
 
 def lds(
-    pred: np.ndarray,
-    actual: np.ndarray,
-    bootstrap: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
+    pred: np.ndarray, actual: np.ndarray, bootstrap: int = 1000, level: float = 0.95, seed: int = 0
 ) -> LDSResult:
-    """The LDS of predictions ``pred`` against measured outputs ``actual``, both ``[M, m]``.
-
-    The interval resamples the M models and the m targets with replacement (``bootstrap``
-    times, from ``seed``): both are finite samples, and few models make a noisy correlation.
-    A resample is expressed as multiplicities (weights) of the original models and targets, so
-    each draw costs a cumulative sum instead of a sort.
-    """
+    """The LDS of predictions ``pred`` against measured outputs ``actual``, both ``[M, m]``; the
+    interval resamples models and targets (``bootstrap`` times, from ``seed``) as
+    multiplicities, so each draw costs a cumulative sum instead of a sort."""
     if pred.shape != actual.shape or pred.ndim != 2:
         raise ValueError(f"pred {pred.shape} and actual {actual.shape} must both be [M, m].")
     rho = spearman(pred, actual)

@@ -1,8 +1,5 @@
 """One subset model: train it with the user's recipe, measure its output on every target.
-
-A plain class (no Ray): the evaluation driver wraps ``SubsetTrainer.margins`` in a Ray task, and
-the tests call it directly.
-"""
+A plain class: the eval driver wraps ``SubsetTrainer.margins`` in a Ray task."""
 
 from __future__ import annotations
 
@@ -24,16 +21,9 @@ def _samples(batch: Batch) -> list[Any]:
 
 
 class SubsetTrainer:
-    """Trains subset models with ``cfg.eval.recipe`` and returns their target outputs.
-
-    The output is the task's ``get_output`` (the f that TRAK attributes, e.g. the margin
-    log p/(1−p) of the label), evaluated per target: the task's batched ``get_outputs`` where it
-    has one, else ``get_output`` under ``vmap``.
-
-    Args:
-        cfg: the job; ``model``, ``task``, ``data.targets`` and ``eval`` are used.
-        threads: torch threads (Ray gives a task ``eval.cpus_per_model`` CPUs).
-    """
+    """Trains subset models with ``cfg.eval.recipe`` and returns their target outputs: the
+    task's f per target, from batched ``get_outputs`` where it has one, else ``get_output``
+    under vmap. ``threads``: torch threads (a Ray task gets ``eval.cpus_per_model``)."""
 
     def __init__(self, cfg: JobConfig, threads: int = 1) -> None:
         torch.set_num_threads(max(1, threads))

@@ -55,12 +55,8 @@ def store_lds(
     bootstrap: int = 1000,
     seed: int = 0,
 ) -> list[VariantLDS]:
-    """The LDS of each completed score set of ``exp`` (or of ``variants``), from the subset
-    models stored under ``eval/<exp>`` (the first ``num_models``, those that are done).
-
-    Raises:
-        StoreStateError: no subset models are stored, or fewer than 3 are done.
-    """
+    """The LDS of each completed score set of ``exp`` (or ``variants``) from the first
+    ``num_models`` done subset models of ``eval/<exp>`` (StoreStateError: fewer than 3)."""
     ev = store.eval_set(exp)
     if ev is None:
         raise StoreStateError(

@@ -1,22 +1,13 @@
 """The pipeline, written once: plan → featurise shards → reduce XᵀX → factorise → score.
 
-Stages are plain classes (``Worker``, ``Reducer``) and functions (``prepare``,
-``run_pipeline``, ``finish_from_store``) with typed results; an ``Executor`` decides only where
-tasks run. This package never imports Ray, Hydra or submitit: the Ray executor is
-``trak_dist.distributed``, the SLURM array launcher is ``trak_dist.launch``.
-"""
+Plain stages (``Worker``, ``Reducer``, ``prepare``, ``run_pipeline``, ``finish_from_store``);
+an ``Executor`` decides where tasks run. Never imports Ray, Hydra or submitit."""
 
 from trak_dist.pipeline._tasks import ShardResult, ShardTask, auto_shard_rows, shard_plan
 from trak_dist.pipeline.executor import Executor, InProcessExecutor, reducer_device
 from trak_dist.pipeline.plan import Prepared, check_combination, prepare
 from trak_dist.pipeline.reducer import Reducer
-from trak_dist.pipeline.results import (
-    FeaturizeReport,
-    JobResult,
-    ScoreRequest,
-    ScoreResult,
-    TopK,
-)
+from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult, TopK
 from trak_dist.pipeline.run import absolute_store, finish_from_store, run_pipeline
 from trak_dist.pipeline.worker import Worker
 

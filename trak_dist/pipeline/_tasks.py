@@ -7,14 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ShardTask:
-    """Featurise rows ``[start, end)`` (whole chunks) of one checkpoint.
-
-    Attributes:
-        kind: ``train`` (X and Q, returns a partial XᵀX) or ``target`` (X of experiment ``exp``).
-        model_id: the checkpoint's index.
-        exp: the experiment name for target shards.
-        attempt: 0 for the first try; retries count up.
-    """
+    """Featurise rows ``[start, end)`` (whole chunks) of checkpoint ``model_id``: ``kind``
+    ``train`` (X and Q, returns a partial XᵀX) or ``target`` (X of experiment ``exp``);
+    ``attempt`` counts retries from 0."""
 
     kind: str
     model_id: int
@@ -48,11 +43,8 @@ class ShardResult:
 
 
 def shard_plan(n: int, chunk_rows: int, shard_rows: int) -> list[tuple[int, int]]:
-    """``[start, end)`` ranges of ``shard_rows`` rows (a multiple of ``chunk_rows``) covering n.
-
-    The plan depends only on n and the sizes, not on what is already done: a committed chunk
-    inside a shard is read back instead of recomputed (Worker.run).
-    """
+    """``[start, end)`` ranges of ``shard_rows`` rows (a multiple of ``chunk_rows``) covering n;
+    independent of what is done (a committed chunk is read back, Worker.run)."""
     if shard_rows % chunk_rows:
         raise ValueError(f"shard_rows={shard_rows} is not a multiple of chunk_rows={chunk_rows}")
     return [(s, min(n, s + shard_rows)) for s in range(0, n, shard_rows)]

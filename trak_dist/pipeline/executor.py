@@ -1,11 +1,7 @@
 """Executors decide where the pipeline's tasks run; ``run_pipeline`` decides what runs.
 
-The model is submitit's ``AutoExecutor`` with its ``local`` and ``debug`` executors: one
-interface, and an in-process executor that runs every task right here (tests, debugging).
-``trak_dist.distributed.RayExecutor`` runs shards on worker actors and the reducer in an actor;
-the SLURM array launcher (``launch/_array.py``) runs shards as array tasks and the rest through
-``finish_from_store``. Retries, restarts and Ctrl-C belong to an executor, never to the stages.
-"""
+``InProcessExecutor`` runs every task here (as submitit's ``debug``), ``RayExecutor`` on actors,
+the SLURM array launcher as array tasks. Retries, restarts and Ctrl-C belong to an executor."""
 
 from __future__ import annotations
 
@@ -44,11 +40,8 @@ class TrainShardsLeft:
 
 
 class Executor(ABC):
-    """Runs the tasks of one pipeline run: the shards, and the reducer's steps.
-
-    ``run_pipeline`` calls, in order: ``session`` (around everything), ``start``,
-    ``featurize``, ``factorize``, then ``score`` once per variant.
-    """
+    """Runs the tasks of one pipeline run, called in order: ``session`` (around everything),
+    ``start``, ``featurize``, ``factorize``, then ``score`` per variant."""
 
     @contextmanager
     def session(self, cfg: JobConfig) -> Iterator[None]:
@@ -77,12 +70,7 @@ class Executor(ABC):
 
 class InProcessExecutor(Executor):
     """Every task in this process, in plan order, with one plain Worker and Reducer: no Ray,
-    no retries (an error is raised where it happens, as submitit's debug executor does).
-
-    Args:
-        reverse: run the shards in reverse order, as they may finish on several workers (tests
-            use it to check that the result does not depend on the order).
-    """
+    no retries. ``reverse`` runs shards in reverse (tests: the result must not depend on it)."""
 
     def __init__(self, reverse: bool = False) -> None:
         self.reverse = reverse

@@ -1,8 +1,5 @@
 """What the driver does before any worker starts: resolve inputs, create the store, plan shards.
-
-Every array is created here, in one process (the Zarr rule: never create or resize from
-workers); workers only write whole chunks into arrays that already exist.
-"""
+Every array is created here, in one process; workers only write whole chunks into them."""
 
 from __future__ import annotations
 
@@ -55,15 +52,12 @@ class Prepared:
 def check_combination(
     cfg: JobConfig, model: Module, task: Any, grad_wrt: tuple[str, ...] | None
 ) -> str:
-    """Refuse, once and before any store is written or worker started, a gradient engine,
-    projection and task that cannot work together (each worker would otherwise fail the same
-    way, after retries); returns the engine workers will use.
+    """Refuse, before any store is written or worker started, a gradient engine, projection
+    and task that cannot work together; returns the engine workers will use.
 
     Raises:
-        ConfigError: ``gradient_engine=hooks`` with a task lacking ``get_outputs`` or a selected
-            parameter without a hook rule (naming it; fix: ``grad_wrt`` or ``vmap``); a
-            projection backend that cannot project ``projection.kind`` (``cuda`` is Rademacher
-            on a GPU only).
+        ConfigError: ``gradient_engine=hooks`` with a task lacking ``get_outputs`` or a
+            parameter without a hook rule; a backend that cannot project ``projection.kind``.
     """
     device = None if cfg.featurize.device == "auto" else cfg.featurize.device
     check_backend(cfg.projection.kind, cfg.projection.backend, device)

@@ -16,14 +16,10 @@ from trak_dist.store import FeatureStore
 class Reducer:
     """Accumulates each checkpoint's XᵀX from shard partials, then scores.
 
-    Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint still
-    being featurised, plus what ``compute_scores`` needs (independent of n and m).
-
-    Partials arrive in whatever order workers finish; they are added with error-free
-    transformations (TwoSum, the errors kept in a second array), so the final XᵀX is the
-    float64 rounding of the sum to within ~K²·2⁻¹⁰⁶ relative (K partials) and therefore the same
-    bits for 1 or 8 workers (it differs only for an entry that close to a rounding midpoint).
-    """
+    Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint being
+    featurised, plus what ``compute_scores`` needs. Partials are added with TwoSum, so XᵀX is
+    the float64 rounding of the exact sum (to ~K²·2⁻¹⁰⁶ relative): the same bits whatever the
+    order partials arrive in or the number of workers."""
 
     def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
         self.store = store if isinstance(store, FeatureStore) else FeatureStore.open(store)

@@ -15,10 +15,8 @@ PREVIEW_TARGETS = 100
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Score experiment ``exp`` for one (proj_dim, λ) variant, averaged over ``model_ids``.
-
-    Defaults are ``compute_scores``'s (the TRAKer API's); ``of`` takes a job's scoring section.
-    """
+    """Score experiment ``exp`` for one (proj_dim, λ) variant, averaged over ``model_ids``;
+    defaults are ``compute_scores``'s, ``of`` takes a job's scoring section."""
 
     exp: str
     model_ids: tuple[int, ...]
@@ -63,14 +61,8 @@ class TopK:
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """One scored variant: where it is, the λ each checkpoint got, and its first top-k rows.
-
-    Attributes:
-        variant: the score set's name in the store (``variant_name``).
-        path: ``store/scores/exp/variant``.
-        lambdas: λ used per checkpoint (``"auto"`` resolves one per checkpoint).
-        top: top-k of the first ``PREVIEW_TARGETS`` targets.
-    """
+    """One scored variant: its name and ``path`` in the store, the λ per checkpoint
+    (``lambdas``) and the top-k of the first ``PREVIEW_TARGETS`` targets (``top``)."""
 
     exp: str
     variant: str
@@ -99,8 +91,6 @@ class JobResult:
     """What a run did: where results are, how long each phase took, what was reused.
 
     Attributes:
-        store: the store's path; ``format_version`` its layout version.
-        proj_dim: width of the stored features.
         scores: one result per scored (proj_dim, λ) variant.
         phases: seconds per phase (``setup``, ``featurize``, ``reduce``, ``score``, ``total``…).
         rows_computed, rows_reused: rows per kind (``train``, ``target``).

@@ -1,9 +1,5 @@
-"""The pipeline, written once: plan → featurise shards → reduce XᵀX → factorise → score.
-
-``run_pipeline`` holds the order of the stages and the bookkeeping of a run; an ``Executor``
-decides only where each task runs. ``finish_from_store`` is the same reduce → factorise → score
-for features committed without streaming partial XᵀX (the SLURM array's dependent job).
-"""
+"""``run_pipeline``: the order of the stages and the bookkeeping of a run; ``finish_from_store``:
+reduce → factorise → score of committed features (the SLURM array's dependent job)."""
 
 from __future__ import annotations
 
@@ -50,14 +46,9 @@ def run_pipeline(
     variants: Variants | None = None,
     on_shard: OnShard | None = None,
 ) -> JobResult:
-    """Featurise what the store lacks, reduce, factorise and score ``variants``.
-
-    Args:
-        cfg: the job.
-        executor: where tasks run (default: all in this process, ``InProcessExecutor``).
-        variants: (proj_dim, lambda_reg) pairs to score; default the job's own.
-        on_shard: called after each finished shard (progress hooks, fault-injection tests).
-    """
+    """Featurise what the store lacks, reduce, factorise and score ``variants`` ((proj_dim, λ)
+    pairs; default the job's own) with ``executor`` (default ``InProcessExecutor``);
+    ``on_shard`` runs after each finished shard (progress hooks, fault-injection tests)."""
     executor = executor or InProcessExecutor()
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -101,12 +92,8 @@ def score_variants(
 
 
 def finish_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> JobResult:
-    """Reduce → factorise → score in this process, for train rows another executor committed
-    to the store without streaming partial XᵀX (SLURM array tasks).
-
-    Raises:
-        StoreStateError: a checkpoint has chunks not featurised (an array task failed).
-    """
+    """Reduce → factorise → score here, for train rows committed without streaming partial XᵀX
+    (SLURM array tasks); StoreStateError if a checkpoint has chunks not featurised."""
     t0 = time.perf_counter()
     ids = list(range(checkpoints))
     with store_lock(cfg.store.path):

@@ -35,18 +35,13 @@ def pick_device(requested: str) -> torch.device:
 class Worker:
     """Runs ShardTasks for one job.
 
-    Per shard and chunk: a committed chunk is read back (its rows enter the partial XᵀX but no
-    gradient is computed); any other chunk is featurised micro-batch by micro-batch, written
-    (whole chunk), then committed. Memory: one micro-batch of gradients plus one chunk of rows.
-
-    A committed chunk is reused only if its items hash as they did when it was featurised (a
-    changed train row is a StoreMismatchError) and it reads back intact; a damaged one
-    (checksum, missing file) is featurised again in place: this worker owns the chunk, no
-    XᵀX derived from it exists yet (that is why the shard runs), and featurising is
-    deterministic, so the new bytes are what the old ones were.
+    Per chunk: a committed chunk is read back into the partial XᵀX (no gradients) if its items
+    hash as before (else StoreMismatchError); a damaged one is featurised again in place (this
+    worker owns it, nothing derived from it exists yet, featurising is deterministic); any other
+    is featurised by micro-batch, written whole, then committed. Memory: one micro-batch of
+    gradients plus one chunk of rows.
 
     Args:
-        cfg: the job.
         checkpoints: checkpoint file per model_id.
         feature_width: p of the stored features.
     """

@@ -1,9 +1,5 @@
-"""Random projections ``Pᵀg`` of per-sample gradients, all defined by one hash.
-
-``make_projector`` picks the backend: the CUDA kernel (``cuda_ext/``) for Rademacher projections
-on a GPU when its library is built, the torch reference otherwise. The Kronecker projection
-(``_kronecker.py``) is torch code on any device.
-"""
+"""Random projections ``Pᵀg`` of per-sample gradients, all defined by one hash: the CUDA kernel
+for Rademacher on a GPU when built, the torch reference otherwise, Kronecker in torch."""
 
 from __future__ import annotations
 
@@ -44,13 +40,8 @@ BACKENDS = ("auto", "torch", "cuda")
 def check_backend(
     kind: ProjectionKind | str, backend: str, device: torch.device | str | None = None
 ) -> None:
-    """Refuse a backend that cannot project ``kind`` on ``device`` (None: not known yet).
-
-    Raises:
-        ConfigError: an unknown backend, or ``cuda`` for anything but a Rademacher projection on
-            a CUDA device (the kernel implements that matrix only; before this check a
-            ``normal`` projection with ``backend=cuda`` got the kernel's Rademacher features).
-    """
+    """Refuse a backend that cannot project ``kind`` on ``device`` (None: not known yet):
+    ConfigError for an unknown backend, or ``cuda`` for anything but Rademacher on a GPU."""
     kind = ProjectionKind(kind)
     if backend not in BACKENDS:
         raise ConfigError(f"projector backend={backend!r}; expected one of {BACKENDS}.")
@@ -79,18 +70,13 @@ def make_projector(
     backend: str = "auto",
     views: Sequence[ParamView] | None = None,
 ) -> Projector:
-    """Build the projector for ``kind`` on ``device``.
+    """Build the projector for ``kind`` (``rademacher``, ``normal``, ``identity``, ``kronecker``).
 
     Args:
-        kind: ``rademacher``, ``normal``, ``identity`` or ``kronecker``.
-        grad_dim: d.
         proj_dim: p (ignored for ``identity``, which keeps all d entries).
-        seed: projector seed.
-        device: where gradients live.
-        backend: ``auto`` (CUDA kernel for Rademacher on a GPU when available, else torch),
+        backend: ``auto`` (the CUDA kernel for Rademacher on a GPU when available, else torch),
             ``torch``, or ``cuda`` (fail if the kernel cannot be used).
-        views: the parameters' matrix views, required for ``kronecker``
-            (``trak_dist.gradients.kronecker_views``).
+        views: the parameters' matrix views, required for ``kronecker``.
     """
     kind = ProjectionKind(kind)
     # device left out: a CPU device with backend=cuda is CudaProjector's own error below

@@ -22,32 +22,20 @@ class ProjectionKind(str, enum.Enum):
 
 
 class GradBlock(NamedTuple):
-    """Per-sample gradients of one parameter, placed at its rows of the flat gradient.
-
-    Attributes:
-        offset: global row of the block's first entry in the flattened gradient.
-        grad: ``[B, n]`` gradients (any float dtype); row ``offset + k`` of P meets column ``k``.
-    """
+    """Per-sample gradients ``grad`` ``[B, n]`` of one parameter, whose column ``k`` meets row
+    ``offset + k`` of P."""
 
     offset: int
     grad: torch.Tensor
 
 
 class FactorBlock(NamedTuple):
-    """Per-sample gradients of one matrix-shaped parameter, kept as sums of outer products.
+    """Per-sample gradients of one matrix-shaped parameter, as sums of outer products.
 
-    Sample b's gradient, seen as the ``[rows, cols]`` matrix whose row-major flattening starts at
-    global row ``offset``, is ``Σ_t left[b, t] ⊗ right[b, t]`` (t: sequence or spatial
-    positions). A Linear layer gives ``left = δ`` (output gradients), ``right = a`` (inputs); an
-    embedding gives token ids as ``left`` (one-hot rows). The Kronecker projector projects the
-    factors without forming the gradient; every other projector gets :meth:`grad_blocks`.
-
-    Attributes:
-        offset: global row of the parameter's first entry.
-        rows: rows of the matrix view.
-        left: ``[B, T, rows]`` floats, or ``[B, T]`` int64 row indices (one-hot left factors).
-        right: ``[B, T, cols]``.
-    """
+    Sample b's gradient (the ``[rows, cols]`` view starting at global row ``offset``) is
+    ``Σ_t left[b, t] ⊗ right[b, t]``; ``left`` is ``[B, T, rows]`` floats, or ``[B, T]`` int64
+    row indices (one-hot rows, embeddings); ``right`` is ``[B, T, cols]``. The Kronecker
+    projector projects the factors; every other projector gets :meth:`grad_blocks`."""
 
     offset: int
     rows: int
@@ -101,12 +89,8 @@ MAX_MODEL_ID = 2**32
 
 
 def as_blocks(grads: GradInput) -> list[GradBlock]:
-    """Normalise ``[B, d]``, a dict of per-parameter ``[B, *shape]`` grads, or blocks to blocks
-    (factor blocks are formed).
-
-    A dict is laid out in its iteration order, which for vmap output is ``named_parameters()``
-    order: the layout that defines the rows of P.
-    """
+    """Normalise ``[B, d]``, a dict of ``[B, *shape]`` grads (laid out in iteration order:
+    ``named_parameters()`` for vmap, which defines P's rows), or blocks to formed blocks."""
     if isinstance(grads, torch.Tensor):
         if grads.dim() != 2:
             raise ConfigError(
@@ -141,10 +125,8 @@ def check_model_id(model_id: int) -> int:
 
 
 class Projector(ABC):
-    """Computes ``Pᵀ g`` for a batch of gradients, ``P`` defined by ``docs/projection.md``.
-
-    The 1/sqrt(d) scaling of TRAK is applied by the caller, not here.
-    """
+    """Computes ``Pᵀ g`` for a batch of gradients (``docs/projection.md``); the caller applies
+    TRAK's 1/sqrt(d)."""
 
     kind: ProjectionKind
 
@@ -161,15 +143,8 @@ class Projector(ABC):
 
     @abstractmethod
     def project(self, grads: GradInput, model_id: int) -> torch.Tensor:
-        """Project per-sample gradients.
-
-        Args:
-            grads: ``[B, d]``, a ``{name: [B, *shape]}`` dict, or a list of :class:`GradBlock`.
-            model_id: the checkpoint's id; each checkpoint has its own P.
-
-        Returns:
-            ``[B, proj_dim]`` float32 on the gradients' device.
-        """
+        """Project per-sample gradients (``[B, d]``, a ``{name: [B, *shape]}`` dict, or a list
+        of :class:`GradBlock`) with checkpoint ``model_id``'s P; ``[B, proj_dim]`` float32."""
 
     def free_memory(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached matrices (traker API)."""

@@ -1,8 +1,5 @@
-"""The CUDA projector: ``cuda_ext``'s Rademacher kernel (``_cuda_lib``), called through ctypes.
-
-Kernels are queued on torch's current stream of the gradients' device, so they order with the
-surrounding torch work without syncs.
-"""
+"""The CUDA projector: ``cuda_ext``'s Rademacher kernel via ctypes, queued on torch's current
+stream of the gradients' device (ordered with torch work, no syncs)."""
 
 from __future__ import annotations
 
@@ -43,11 +40,8 @@ __all__ = [
 
 
 def cuda_device(device: torch.device | str) -> torch.device:
-    """The CUDA device the kernel would run on, with its index resolved.
-
-    Raises:
-        CudaExtUnavailableError: torch has no CUDA, no GPU is visible, or the GPU is too old.
-    """
+    """The CUDA device the kernel would run on, index resolved (CudaExtUnavailableError: no
+    CUDA torch, no visible GPU, or one too old)."""
     device = torch.device(device)
     if device.type != "cuda":
         raise CudaExtUnavailableError(
@@ -80,19 +74,13 @@ def cuda_device(device: torch.device | str) -> torch.device:
 class CudaProjector(Projector):
     """Rademacher projection by the ``cuda_ext`` kernel, bit for bit the reference matrix.
 
-    P is generated on the fly (never stored); each gradient block is one kernel call at its
-    global row offset, accumulating into one output, so per-parameter gradients are never
-    concatenated.
+    P is generated on the fly; each gradient block is one kernel call at its global row offset.
 
     Args:
-        grad_dim: d, the number of gradient entries.
-        proj_dim: p.
-        seed: projector seed.
         device: the GPU used when gradients arrive on the CPU.
-        f32_terms: bf16 terms an fp32 gradient is split into for the tensor cores: 2 (relative
-            representation error ≤ 2⁻¹⁶ per entry) or 3 (≤ 2⁻²⁴, fp32's own rounding; slower).
-        workspace_bytes: cap on the split-K scratch; larger runs more splits per launch, the
-            result is the same bit for bit.
+        f32_terms: bf16 terms an fp32 gradient is split into: 2 (relative error ≤ 2⁻¹⁶ per
+            entry) or 3 (≤ 2⁻²⁴, fp32's own rounding; slower).
+        workspace_bytes: cap on the split-K scratch (the result is the same bit for bit).
         self_check: compare a small projection with the CPU reference once per GPU.
 
     Raises:
@@ -181,11 +169,8 @@ def _kernel_input(g: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _self_check(lib: CudaLibrary, device: torch.device, f32_terms: int) -> None:
-    """Project a small fp32 batch (two blocks, one beyond row 2³²) and compare with fp64.
-
-    Catches a library that cannot run here (no kernel image for this GPU, a driver older than
-    the toolkit) or computes wrong numbers, so ``make_projector`` falls back instead.
-    """
+    """Project a small fp32 batch (two blocks, one beyond row 2³²) and compare with fp64, so a
+    library that cannot run here or computes wrong numbers makes ``make_projector`` fall back."""
     key = (lib.path, device.index or 0, f32_terms)
     if key in _CHECKED:
         return

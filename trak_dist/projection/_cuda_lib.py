@@ -1,9 +1,5 @@
-"""ctypes bindings of ``cuda_ext/build/libtrak_proj.so``: loading, ABI check, calls.
-
-``libtrak_proj.so`` (built by ``make cuda`` in a checkout, ``trak-dist build-cuda`` in an
-installed package) exposes a plain C ABI and carries its own statically linked CUDA runtime, so it
-works next to any torch build and loads on machines without a GPU (its host-side hash checks then
-still run)."""
+"""ctypes bindings of ``cuda_ext/build/libtrak_proj.so`` (``make cuda`` / ``trak-dist
+build-cuda``): a plain C ABI with a static CUDA runtime, loadable without a GPU."""
 
 from __future__ import annotations
 
@@ -48,14 +44,8 @@ _SIGNATURES: dict[str, tuple[type | None, list[type]]] = {
 
 
 class CudaLibrary:
-    """Typed access to ``libtrak_proj.so``. Loading it needs no GPU.
-
-    Args:
-        path: the shared library.
-
-    Raises:
-        CudaExtUnavailableError: it cannot be loaded or was built for another ABI version.
-    """
+    """Typed access to the shared library ``path`` (loading needs no GPU); raises
+    CudaExtUnavailableError when it cannot be loaded or has another ABI version."""
 
     def __init__(self, path: Path) -> None:
         try:
@@ -110,16 +100,9 @@ class CudaLibrary:
     ) -> None:
         """Queue ``out[:, :p] += g · P[row_offset : row_offset + n, :p]`` on ``stream``.
 
-        Args:
-            g: ``[B, n]`` float32/float16/bfloat16 on the current CUDA device, ``stride(1) == 1``.
-            row_offset: global row of ``g``'s first column.
-            out: ``[B, p]`` float32 with ``stride(1) == 1``, accumulated into.
-            seed: projector seed.
-            model_id: checkpoint id.
-            f32_terms: bf16 terms an fp32 ``g`` is split into (2 or 3).
-            workspace: float32 scratch of at least ``B·p`` entries when the block needs one.
-            stream: the ``cudaStream_t`` handle.
-        """
+        ``g``: ``[B, n]`` float32/16 or bfloat16 on the current device, ``out``: ``[B, p]``
+        float32 (both ``stride(1) == 1``); ``workspace``: float32 scratch of ≥ ``B·p`` entries
+        when the block needs one; ``f32_terms``: bf16 terms of an fp32 ``g`` (2 or 3)."""
         batch, n = g.shape
         ld_g = g.stride(0) if batch > 1 else n
         ws_ptr = workspace.data_ptr() if workspace is not None else None
@@ -190,13 +173,8 @@ def library_path() -> Path:
 
 
 def load_library() -> CudaLibrary:
-    """Load (once per path) the library named by :func:`library_path`.
-
-    An explicit ``$TRAK_DIST_CUDA_LIB`` is never silently replaced by the default build.
-
-    Raises:
-        CudaExtUnavailableError: the file is missing, fails to load, or has another ABI.
-    """
+    """Load (once per path) the library of :func:`library_path`; an explicit
+    ``$TRAK_DIST_CUDA_LIB`` is never replaced by the default build (CudaExtUnavailableError)."""
     path = library_path()
     with _LOCK:
         if path not in _LIBRARIES:

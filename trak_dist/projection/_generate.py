@@ -1,9 +1,5 @@
-"""Dense blocks of the projection matrix P, computed from the hash (``docs/projection.md``).
-
-This is the CPU reference the CUDA kernel is tested against; it is also what the torch
-projector multiplies with. Memory is bounded by generating at most ``_WORK_BYTES`` of
-intermediate words at a time.
-"""
+"""Dense blocks of P from the hash (``docs/projection.md``): the CPU reference the CUDA kernel is
+tested against and the torch projector multiplies with; ``_WORK_BYTES`` bounds memory."""
 
 from __future__ import annotations
 
@@ -48,15 +44,9 @@ def rademacher_block(
     device: torch.device | str = "cpu",
     key_tweak: int = 0,
 ) -> torch.Tensor:
-    """``P[row_start:row_end, col_start:col_end]`` of the Rademacher projection.
-
-    Args:
-        key_tweak: XORed into the key's high word; a non-zero tweak gives an independent
-            matrix from the same seed (the Kronecker factors use this, docs/projection.md).
-
-    Returns:
-        ``[row_end - row_start, col_end - col_start]`` tensor of ±1 in ``dtype``.
-    """
+    """``P[row_start:row_end, col_start:col_end]`` of the Rademacher projection, ±1 in ``dtype``;
+    a non-zero ``key_tweak`` (XORed into the key's high word) gives an independent matrix from
+    the same seed (the Kronecker factors, docs/projection.md)."""
     n_rows, n_cols = row_end - row_start, col_end - col_start
     out = torch.empty(n_rows, n_cols, dtype=dtype, device=device)
     if n_rows == 0 or n_cols == 0:

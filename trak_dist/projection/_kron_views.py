@@ -14,11 +14,8 @@ from trak_dist.errors import ConfigError
 
 
 class ParamView(NamedTuple):
-    """One parameter's rows of the flat gradient, seen as a ``[rows, cols]`` matrix.
-
-    Entry ``offset + r·cols + c`` of the flat gradient is ``G[r, c]``; the last row is padded
-    with zeros when ``cols`` does not divide ``numel``.
-    """
+    """One parameter's rows of the flat gradient as a ``[rows, cols]`` matrix: entry
+    ``offset + r·cols + c`` is ``G[r, c]`` (the last row zero-padded)."""
 
     offset: int
     numel: int
@@ -44,8 +41,7 @@ def shell_pairs(p: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     Columns fill square shells: shell s = ⌊√j⌋ holds the 2s + 1 pairs with max(u, v) = s, in the
     order (s, 0) … (s, s−1), (0, s) … (s−1, s), (s, s). Any prefix of columns therefore uses
-    only factor columns < ⌈√p'⌉, and column j is the same for every p > j.
-    """
+    only factor columns < ⌈√p'⌉, and column j is the same for every p > j."""
     j = torch.arange(p, dtype=torch.int64)
     s = torch.sqrt(j.to(torch.float64)).floor().to(torch.int64)
     s = s - (s * s > j).to(torch.int64) + ((s + 1) * (s + 1) <= j).to(torch.int64)

@@ -4,8 +4,7 @@ A parameter seen as a ``[rows, cols]`` matrix G gets the ``[k, k]`` sketch ``L�
 hash-defined ±1 factors L ``[rows, k]`` and R ``[cols, k]``, ``k = ⌈√p⌉``; output column j reads
 the sketch at the pair ``(u_j, v_j)`` of a fixed enumeration, so column j does not depend on p
 (prefix property). When G = Σ_t x_t y_tᵀ arrives as factors (module hooks), the sketch is
-Σ_t (Lᵀ x_t)(Rᵀ y_t)ᵀ and G is never formed: O(T·(rows + cols)·k) instead of O(rows·cols·p).
-"""
+Σ_t (Lᵀ x_t)(Rᵀ y_t)ᵀ and G is never formed: O(T·(rows + cols)·k) instead of O(rows·cols·p)."""
 
 from __future__ import annotations
 
@@ -41,19 +40,13 @@ SHARES = ("sum", "concat")
 class KroneckerProjector(Projector):
     """``Pᵀ g`` with P's rows for each parameter the Kronecker product of two ±1 factors.
 
-    ``L_m[r, u]`` is Rademacher entry ``(offset_m + r, u)`` under the key tweak "kroL",
-    ``R_m[c, v]`` entry ``(offset_m + c, v)`` under "kroR": a pure function of (seed, model_id,
-    the parameter's offset), independent of p and of every other parameter.
+    ``L_m[r, u]`` is Rademacher entry ``(offset_m + r, u)`` under key tweak "kroL", ``R_m`` the
+    same under "kroR": independent of p and of every other parameter.
 
     Args:
-        grad_dim: d.
-        proj_dim: p.
-        seed: projector seed.
         views: every parameter's matrix view, covering ``[0, grad_dim)`` in order.
-        device: where the factors live and the sketches are computed.
-        share: ``sum`` (every parameter sketches into all p columns; the default, chosen by
-            measurement) or ``concat`` (parameter m owns its own ~p/M columns; kept for that
-            measurement, see docs/projection.md).
+        share: ``sum`` (every parameter sketches into all p columns; the measured default) or
+            ``concat`` (parameter m owns ~p/M columns; see docs/projection.md).
     """
 
     kind = ProjectionKind.KRONECKER

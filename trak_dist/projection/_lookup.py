@@ -1,21 +1,11 @@
 """``Pᵀg`` for a ±1 matrix by table lookup: fewer operations than a float matmul (CPU).
 
-For eight rows ``8g … 8g+7`` of P, column j's signs are one byte b = packed[j, g] (see
-``_packed.py``), and that column's share of ``Pᵀg`` is the signed sum
-``T_g[b] = Σ_k s_k(b) g[8g+k]``: one of only 256 values. Build the 256 sums once per group
-and sample, and every one of the p columns costs one lookup-and-add instead of eight
-multiply-adds: for p = 2048 the tables hold 256/2048 as many entries as there are lookups, and
-the product does an order of magnitude fewer floating-point operations than the dense matmul
-(the "method of four Russians").
-
-torch has the kernel this needs: ``embedding_bag(mode="sum")`` gathers rows of a table and sums
-them per bag. With the tables as rows ``[256·g + b, :B]`` and one bag of group indices per
-column, it returns ``[p, B]``. With fbgemm's CPU kernel behind it, and the tables included,
-this is ~4× faster than expanding the packed signs to float32 for MKL's matmul at p = 2048 and
-batch 64 (``benchmarks/dense_cnn.py``); below p ≈ 1024 the tables (256 entries a group,
-whatever p) cost more than they save. The sums are float32 with a different order of additions
-than a matmul, so results agree with ``g @ P`` to float32 rounding.
-"""
+For rows ``8g … 8g+7`` of P, column j's signs are one byte b (``_packed.py``), so its share of
+``Pᵀg`` is one of 256 signed sums ``T_g[b]``: build the sums once per group, then each column
+costs a lookup-and-add instead of eight multiply-adds ("method of four Russians").
+``embedding_bag(mode="sum")`` is the kernel (tables as rows, one bag per column). ~4× faster
+than expanding the signs for MKL's matmul at p = 2048, batch 64 (``benchmarks/dense_cnn.py``);
+below p ≈ 1024 the tables cost more than they save. Agrees with ``g @ P`` to float32 rounding."""
 
 from __future__ import annotations
 
@@ -38,14 +28,8 @@ def groups_per_call(batch: int) -> int:
 
 
 def lookup_accumulate(acc_t: torch.Tensor, grads_t: torch.Tensor, packed: torch.Tensor) -> None:
-    """``acc_t += (grads_t.T @ P_block).T`` for the rows of P that ``packed`` holds.
-
-    Args:
-        acc_t: ``[p, B]`` float32 accumulator (the projection, transposed), updated in place.
-        grads_t: ``[8·G, B]`` float32 contiguous: the gradient entries of the block's rows,
-            transposed (B innermost, the layout of a table row).
-        packed: ``[p, G]`` uint8 packed signs of those rows (``packed_rademacher``).
-    """
+    """``acc_t += (grads_t.T @ P_block).T`` for the rows of P that ``packed`` (``[p, G]`` uint8)
+    holds; ``acc_t`` ``[p, B]`` float32 in place, ``grads_t`` ``[8·G, B]`` float32 contiguous."""
     p, batch = acc_t.shape
     n_groups = packed.shape[1]
     if n_groups == 0:
@@ -73,12 +57,8 @@ def lookup_accumulate(acc_t: torch.Tensor, grads_t: torch.Tensor, packed: torch.
 def run_threads(jobs: list[Callable[[], None]]) -> None:
     """Run ``jobs`` on as many Python threads, every torch op in them single-threaded.
 
-    The lookup is thousands of small ops per micro-batch. Letting each use torch's OpenMP team
-    puts a barrier after every one of them, and on a machine with more runnable processes than
-    cores a descheduled team member stalls them all: with 2 threads the lookup took ~10× the CPU
-    time of 1 thread on this project's shared 2-core machine. Independent jobs (row windows with
-    their own accumulators) on separate threads, each op serial, meet once.
-    """
+    Thousands of small ops on torch's OpenMP team stall on oversubscribed cores (2 threads took
+    ~10× the CPU time of 1 on a shared 2-core machine)."""
     if len(jobs) == 1:
         jobs[0]()
         return

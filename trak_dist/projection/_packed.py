@@ -1,15 +1,9 @@
 """The Rademacher matrix at one bit per entry, packed along rows, and its expansion to ±1.
 
-``packed_rademacher`` returns ``[p, groups]`` uint8: byte ``[j, g]`` holds the signs of rows
-``8g … 8g+7`` of column ``j``, bit ``k`` set where ``P[8g + k, j] = −1`` (the hash in
-``docs/projection.md``). Packing eight *rows* per byte (the hash packs 128 columns per call)
-is what the table-lookup product (``_lookup.py``) needs: a byte picks one of the 256 signed sums
-of eight gradient entries. P for a 373k-parameter model at p = 2048 takes 95 MB this way,
-32× less than float32, so it can be generated once per checkpoint and kept.
-
-This is a second implementation of the hash's sign layout, next to the reference
-``rademacher_block``; the tests check that both give the same matrix, entry for entry.
-"""
+``packed_rademacher`` returns ``[p, groups]`` uint8: bit ``k`` of ``[j, g]`` is set where
+``P[8g + k, j] = −1``. Eight rows per byte is what the lookup product (``_lookup.py``) needs;
+it is 32× smaller than float32 (95 MB for 373k parameters at p = 2048). A second
+implementation of the hash's sign layout: tests check it against ``rademacher_block``."""
 
 from __future__ import annotations
 
@@ -41,8 +35,7 @@ def _transpose8(x: torch.Tensor) -> torch.Tensor:
     """Transpose the 8×8 bit matrix in each int64 (byte r, bit c → byte c, bit r).
 
     Hacker's Delight §7-3: three delta swaps. Arithmetic right shifts only smear the sign into
-    bits that every mask clears, so int64 serves for uint64.
-    """
+    bits that every mask clears, so int64 serves for uint64."""
     t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AA
     x = x ^ t ^ (t << 7)
     t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCC
@@ -60,15 +53,9 @@ def packed_rademacher(
     device: torch.device | str = "cpu",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rows ``[8·group_start, 8·group_end)`` of the Rademacher P, eight rows per byte.
-
-    Args:
-        out: where to write the result (a ``[proj_dim, groups]`` uint8 view), if given.
-
-    Returns:
-        ``[proj_dim, group_end - group_start]`` uint8; bit ``k`` of ``[j, g]`` is set where
-        ``P[8·(group_start + g) + k, j] = −1``.
-    """
+    """Rows ``[8·group_start, 8·group_end)`` of the Rademacher P, eight rows per byte:
+    ``[proj_dim, groups]`` uint8 (into ``out`` if given), bit ``k`` of ``[j, g]`` set where
+    ``P[8·(group_start + g) + k, j] = −1``."""
     n_groups = group_end - group_start
     if out is None:
         out = torch.empty(proj_dim, n_groups, dtype=torch.uint8, device=device)

@@ -1,15 +1,9 @@
 """Philox4x32-10 evaluated on int64 tensors: the counter-based hash behind every projection.
 
-Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) maps a
-128-bit counter and a 64-bit key to 128 pseudo-random bits with no state, so any entry of the
-projection matrix can be computed on its own, in any order, on any device. The CUDA kernel in
-``cuda_ext/`` implements the same function; ``docs/projection.md`` specifies how counters and
-keys are formed from (seed, model_id, i, j).
-
-torch has no uint32 arithmetic, so 32-bit words live in int64 tensors. The products of two
-32-bit words overflow int64; torch wraps them in two's complement, which keeps the low 64 bits
-exact, so masking recovers the high and low halves bit for bit.
-"""
+Philox (Salmon et al., SC'11) maps a 128-bit counter and a 64-bit key to 128 random bits with
+no state, so any entry of P can be computed alone, on any device (``cuda_ext/`` implements the
+same; ``docs/projection.md`` forms counters and keys). torch has no uint32, so words live in
+int64; products wrap in two's complement, keeping the low 64 bits exact."""
 
 from __future__ import annotations
 
@@ -29,22 +23,10 @@ def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def philox4x32(
-    c0: torch.Tensor,
-    c1: torch.Tensor,
-    c2: torch.Tensor,
-    c3: torch.Tensor,
-    k0: int,
-    k1: int,
+    c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor, k0: int, k1: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Philox4x32-10 on broadcastable int64 tensors holding uint32 words.
-
-    Args:
-        c0, c1, c2, c3: counter words, each an int64 tensor with values in [0, 2**32).
-        k0, k1: key words in [0, 2**32).
-
-    Returns:
-        The four output words as int64 tensors with values in [0, 2**32).
-    """
+    """Philox4x32-10 on broadcastable int64 tensors holding uint32 words: counter words
+    ``c0..c3`` and key words ``k0, k1`` in [0, 2**32); returns the four output words."""
     c0, c1, c2, c3 = torch.broadcast_tensors(c0, c1, c2, c3)
     for r in range(ROUNDS):
         if r:

@@ -1,9 +1,6 @@
-"""The torch projector: P from the reference hash, multiplied with torch kernels on any device.
-
-It is the default on CPU. A Rademacher P is kept packed at one bit per entry and generated once
-per checkpoint (``_packed.py``); on CPU, at p ≥ ``LOOKUP_MIN_DIM``, ``Pᵀg`` is computed by table
-lookup (``_lookup.py``), elsewhere by expanding row blocks of P to float32 for a matmul.
-"""
+"""The torch projector: P from the reference hash, on any device (the default on CPU).
+Rademacher P is kept packed (``_packed.py``); ``Pᵀg`` by table lookup on CPU at
+p ≥ ``LOOKUP_MIN_DIM`` (``_lookup.py``), else by float32 row blocks and a matmul."""
 
 from __future__ import annotations
 
@@ -26,10 +23,7 @@ from trak_dist.projection._generate import normal_block, rademacher_block
 from trak_dist.projection._lookup import lookup_accumulate, run_threads
 from trak_dist.projection._packed import PACK, expand_packed, packed_rademacher
 
-_GENERATORS = {
-    ProjectionKind.RADEMACHER: rademacher_block,
-    ProjectionKind.NORMAL: normal_block,
-}
+_GENERATORS = {ProjectionKind.RADEMACHER: rademacher_block, ProjectionKind.NORMAL: normal_block}
 # below this p the lookup tables (256 entries per 8 rows) cost more than they save over a
 # float32 matmul (measured crossover ~600 at batch 64 on CPU; benchmarks/dense_cnn.py)
 LOOKUP_MIN_DIM = 1024
@@ -39,39 +33,21 @@ METHODS = ("auto", "lookup", "matmul")
 class TorchProjector(Projector):
     """Reference projector (Rademacher or normal) on any torch device.
 
-    Cache rule. A Rademacher P is stored packed, one bit per entry: ``ceil(d/8)·p`` bytes
-    (95.6 MB for d = 373,322 at p = 2048; float32 would be 3.06 GB). It is generated once per
-    checkpoint (``model_id``, ~1.3 CPU-s for that P), on that checkpoint's first ``project``,
-    and kept until another
-    ``model_id`` comes (one checkpoint at a time: the driver gives a worker one checkpoint's
-    shards in a row) or ``free_memory``. At most ``cache_bytes`` (default 512 MiB) are kept:
-    if the packed P is larger (d·p > 4.3·10⁹ at the default, e.g. d > 2.1M at p = 2048), its
-    first ``cache_bytes // p`` groups of 8 rows, rounded down to whole ``block_rows`` windows,
-    are kept and the other rows are regenerated from the hash on every call, ``block_rows``
-    rows at a time; ``cache_bytes=0`` regenerates everything. A normal P (float32, no packing)
-    is cached whole when ``d·p·4 ≤ cache_bytes``, else regenerated per block on every call.
-
-    Working set beyond the cache, per call and thread: one window of ``block_rows`` gradient
-    rows transposed and their half sums (float32, 2 + 8 MiB at batch 64), the lookup tables
-    (≤ 2 MiB), a ``[p, B]`` accumulator; on the matmul path one float32 block of
-    ``block_rows × p`` (64 MiB at p = 2048). With torch set to several threads, the lookup
-    spreads windows over that many Python threads whose ops run single-threaded, and
-    generation spreads row ranges likewise (``run_threads`` in ``_lookup.py``: torch's own
-    per-op threading stalls on thousands of small ops when cores are oversubscribed).
+    Cache: a Rademacher P is kept packed (``ceil(d/8)·p`` bytes: 95.6 MB for d = 373,322 at
+    p = 2048, vs 3.06 GB in float32), generated on a checkpoint's first ``project`` and kept
+    until another ``model_id`` comes or ``free_memory``. Beyond ``cache_bytes`` (512 MiB) only
+    its first rows (whole ``block_rows`` windows) are kept, the rest regenerated on every call;
+    a normal P is cached whole only when ``d·p·4 ≤ cache_bytes``. Working set beyond the
+    cache: a window of transposed gradient rows and half sums (~10 MiB at batch 64), tables
+    (≤ 2 MiB) and a ``[p, B]`` accumulator (matmul path: a float32 ``block_rows × p`` block).
+    Several torch threads spread windows over Python threads (``run_threads``).
 
     Args:
-        grad_dim: d, the number of gradient entries.
-        proj_dim: p.
-        seed: projector seed.
         kind: ``rademacher`` or ``normal``.
-        device: where P is generated and multiplied.
-        cache_bytes: the most bytes of P kept between calls (see above).
-        block_rows: rows of P generated, expanded or looked up at once (rounded up to a
-            multiple of 8).
-        method: how a Rademacher ``Pᵀg`` is computed: ``lookup`` (tables, ``_lookup.py``),
-            ``matmul`` (packed rows expanded to float32), or ``auto``: lookup on CPU at
-            p ≥ ``LOOKUP_MIN_DIM``, matmul otherwise. All give the same result to float32
-            rounding.
+        cache_bytes: the most bytes of P kept between calls.
+        block_rows: rows of P handled at once (rounded up to a multiple of 8).
+        method: Rademacher ``Pᵀg`` by ``lookup`` (``_lookup.py``), ``matmul``, or ``auto``
+            (lookup on CPU at p ≥ ``LOOKUP_MIN_DIM``); all agree to float32 rounding.
     """
 
     def __init__(

@@ -1,13 +1,9 @@
 """Block-wise scores from the store, memory independent of n and m (docs/design.md, invariant 5).
 
-For checkpoint c, Φ_c X_tcᵀ = X_c K_c⁻¹ X_tcᵀ = X_c Y_cᵀ with Y_c = X_tc K_c⁻¹ (K⁻¹ is
-symmetric). Y_c ``[m, p]`` is computed once per checkpoint, target block by target block, and
-stored; then every (train block × target block) of S is Σ_c X_c[b] Y_c[t]ᵀ / C, times the mean Q
-of its rows. Φ is never materialised, and new targets only cost their own Y.
-
-Peak memory: K⁻¹ (p²), one target block of Y per checkpoint (C·T·p), one train block (B·p) and
-one score block (B·T), where T shrinks to keep C·T·p under ``memory_bytes``.
-"""
+Φ_c X_tcᵀ = X_c K_c⁻¹ X_tcᵀ = X_c Y_cᵀ with Y_c = X_tc K_c⁻¹ stored once per checkpoint; each
+(train block × target block) of S is Σ_c X_c[b] Y_c[t]ᵀ / C times its rows' mean Q. Φ is never
+formed and new targets cost only their Y. Peak memory: K⁻¹ (p²), C·T·p of Y (T shrinks to
+keep it under ``memory_bytes``), a train block and a score block."""
 
 from __future__ import annotations
 
@@ -94,16 +90,9 @@ def compute_scores(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> ScoreSet:
-    """Score every target of ``exp`` against every train example, averaged over ``model_ids``.
-
-    ``lambda_reg`` is a number (the same λ for every checkpoint) or ``"auto"`` (each
-    checkpoint's own, from its spectrum); the λ used per checkpoint is recorded in the score
-    set's ``lambdas`` attribute.
-
-    Returns:
-        The completed ScoreSet at ``scores/<exp>/<variant_name(...)>``. It replaces the
-        variant's previous scores only once complete: if scoring fails, they are kept.
-    """
+    """Score every target of ``exp`` against every train example, averaged over ``model_ids``
+    (``lambda_reg`` a number or ``"auto"``, recorded in ``lambdas``); the completed ScoreSet
+    replaces the variant's previous scores only once complete."""
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)

@@ -50,11 +50,7 @@ class Factorization:
 
     @classmethod
     def of(
-        cls,
-        xtx: np.ndarray,
-        train_size: int,
-        device: torch.device | str = "cpu",
-        context: str = "",
+        cls, xtx: np.ndarray, train_size: int, device: torch.device | str = "cpu", context: str = ""
     ) -> Factorization:
         """Raises NonFiniteError for an XᵀX with NaN/inf entries (``context`` names it)."""
         if not np.isfinite(xtx).all():
@@ -68,12 +64,8 @@ class Factorization:
         return int(self.eigenvalues.shape[0])
 
     def resolve_lambda(self, lambda_reg: LambdaReg, context: str = "") -> float:
-        """The λ to use: ``lambda_reg`` itself, or the ``auto`` rule on these eigenvalues.
-
-        Raises:
-            NonFiniteError: NaN/inf eigenvalues (e.g. a damaged stored factor), which
-                ``auto_lambda`` would otherwise turn into its fallback λ = 1.
-        """
+        """The λ to use: ``lambda_reg``, or the ``auto`` rule on these eigenvalues
+        (NonFiniteError for NaN/inf ones, which ``auto_lambda`` would turn into λ = 1)."""
         self.check_finite(context)
         if lambda_reg == AUTO:
             return auto_lambda(self.eigenvalues)
@@ -85,12 +77,8 @@ class Factorization:
             raise NonFiniteError(_damaged(context))
 
     def kinv(self, lambda_reg: float, scaling: str = "mean_abs", context: str = "") -> np.ndarray:
-        """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs``
-        (traker 0.3.2 does so before casting to float16).
-
-        Raises:
-            IllConditionedError: XᵀX + λI is singular to float64 precision.
-        """
+        """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs`` (as
+        traker 0.3.2); IllConditionedError when singular to float64 precision."""
         check_lambda(lambda_reg)
         if scaling not in KINV_SCALINGS:
             raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")

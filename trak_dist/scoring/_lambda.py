@@ -1,23 +1,11 @@
 """λ, the ridge term of K = XᵀX + λI: a number (traker's absolute meaning) or ``"auto"``.
 
-``auto`` picks λ per checkpoint from the spectrum of XᵀX, which is already factorised:
-
-    λ = AUTO_SCALE · e_max,   e_max the largest eigenvalue of XᵀX,
-
-so cond(XᵀX + λI) ≤ 1 + 1/AUTO_SCALE ≈ 144 whatever n and p: never singular (for XᵀX = 0,
-where every λ gives zero scores, λ = 1). Relative to the spectrum, λ does not depend on the
-gradients' units, on the 1/sqrt(d) factor or on how many rows or columns X has.
-
-The rule and its constant were chosen by the LDS measured against 200 subset models on the
-digits example's MLP, CNN and transformer at p = 512 < n = 1500 and p = 2048 ≥ n, with 1, 3 and
-5 checkpoints (18 cases), scanning λ on a fine grid. Worst case over the 18, as a fraction of
-each case's best LDS: λ = 0.007·e_max 0.974 (≥ 0.95 for constants 0.005 … 0.011);
-λ giving 85 effective dimensions Σe/(e+λ) 0.973; λ = 1.26·trace/min(n, p) 0.963 (≥ 0.95 for
-1.0 … 1.4); λ = 1.41·mean eigenvalue 0.955 (only at 1.4). Bergson's default, 0.1·mean
-eigenvalue, reaches 0.71 at p ≥ n: these models want far more damping. The largest eigenvalue
-is the simplest of the rules that keep a wide margin (``python -m benchmarks.lds_rules``);
-``python -m benchmarks.lds`` checks it on fresh subset models (benchmarks/RESULTS.md).
-"""
+``auto``: λ = AUTO_SCALE · e_max (largest eigenvalue of XᵀX), so cond(XᵀX + λI) ≤ 1 +
+1/AUTO_SCALE ≈ 144 whatever n, p or the gradients' units (λ = 1 for XᵀX = 0). Chosen by LDS
+against 200 subset models on the digits MLP, CNN and transformer (p < n and p ≥ n, 1/3/5
+checkpoints): worst case 0.974 of each case's best LDS, ≥ 0.95 for constants 0.005 … 0.011;
+Bergson's 0.1·mean eigenvalue reaches 0.71 at p ≥ n (``benchmarks.lds_rules``,
+``benchmarks.lds``, benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 

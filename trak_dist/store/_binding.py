@@ -1,13 +1,7 @@
-"""What a store's rows are bound to: the checkpoint (per row set) and the train set (per store),
-each by what was committed.
+"""What a store's rows are bound to: the checkpoint (per row set) and the train set (per store).
 
-A row set is bound to the fingerprint of the checkpoint that commits its first chunk, not when
-it is created; the store's ``dataset_fingerprint`` follows the train set as long as every
-committed train row still hashes the same (``rebind_dataset``). So a run that fails before
-committing a row (a checkpoint file that does not load, a NaN in a train row) leaves nothing
-behind that refuses the right checkpoint or the fixed data; a committed row of another
-checkpoint, or a committed row whose item changed, is refused.
-"""
+Both are bound by what was committed (the first commit binds a row set), so a run that fails
+before committing a row leaves nothing that refuses the right checkpoint or the fixed data."""
 
 from __future__ import annotations
 
@@ -45,11 +39,8 @@ class CheckpointBinding:
         self, fingerprint: str | None, what: str | None = None, where: str | None = None
     ) -> None:
         """Raise StoreMismatchError if committed rows come from another checkpoint than
-        ``fingerprint``. Bound by a run that committed nothing, a row set takes any checkpoint.
-
-        Args:
-            what, where: the row set and the store, for the message.
-        """
+        ``fingerprint`` (a row set with nothing committed takes any); ``what``, ``where``: for
+        the message."""
         stored = self.get()
         if not fingerprint or not stored or stored == fingerprint:
             return
@@ -69,12 +60,8 @@ class CheckpointBinding:
         *,
         fresh: bool = False,
     ) -> None:
-        """Bind to the checkpoint ``fingerprint``; call before each commit. Checked once per
-        row set object unless ``fresh`` (folds, under the store lock).
-
-        Raises:
-            StoreMismatchError: committed rows come from another checkpoint.
-        """
+        """Bind to the checkpoint ``fingerprint`` before each commit (StoreMismatchError if
+        committed rows come from another). Checked once per object unless ``fresh`` (folds)."""
         if not fingerprint or (self._bound_to == fingerprint and not fresh):
             return
         self.check(fingerprint, what, where)
@@ -98,16 +85,12 @@ def rebind_dataset(
     train_sets: list[tuple[int, RowSet]],
     row_hashes: np.ndarray | None,
 ) -> str | None:
-    """Bind the store (root attribute ``attr``) to ``requested``'s dataset fingerprint when its
+    """Rebind the store (root attribute ``attr``) to ``requested``'s dataset fingerprint when its
     committed train rows allow it; returns the fingerprint it replaced, or None.
 
-    The train set is bound by what was committed. With the new set's ``row_hashes`` known (the
-    pipeline hashes every row), it may differ from the stored one in rows not committed yet:
-    a run stopped by a bad row, rerun with that row fixed, keeps what it committed. Without
-    them (a fingerprint given by the user, TRAKer), only a store with no committed train row
-    takes another fingerprint. The specs must agree on everything else (else the caller
-    refuses, naming every difference). Call under the store lock.
-    """
+    With ``row_hashes`` (the pipeline), only rows not committed yet may differ; without them
+    (a user-given fingerprint), only a store with no committed train row is rebound. Call under
+    the store lock."""
     meta = root.attrs.get(attr)
     key = "dataset_fingerprint"
     if not isinstance(meta, dict) or meta["spec"].get(key) == requested.get(key):

@@ -1,9 +1,7 @@
-"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (see store/_verify.py and
-store/_repair.py).
+"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH``.
 
-Exit codes: 0 the store is sound (verify) or was repaired (repair); 1 problems were found
-(verify) or some are not repairable (repair); 2 not a store we can check.
-"""
+Exit codes: 0 sound (verify) or repaired (repair); 1 problems found (verify) or some not
+repairable (repair); 2 not a store we can check."""
 
 from __future__ import annotations
 

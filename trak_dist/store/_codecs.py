@@ -1,15 +1,7 @@
-"""Compression codecs for the feature arrays, chosen by name in configs, and the checksum every
-chunk carries.
+"""Compression codecs for the feature arrays, chosen by name, and the checksum every chunk carries.
 
-The default is "none": projected gradients are dense, near-Gaussian floats and barely compress
-(see ``benchmarks/store_codecs.py``: the best lossless codec saves under 10 % at several times
-the write cost), so compression would slow every write for little disk saved.
-
-Whatever the codec, a crc32c of the encoded chunk comes last in the chain: Zarr verifies it on
-every read, so a chunk whose bytes changed on disk is an error, never silently wrong numbers
-(store/_integrity.py names it). It costs 4 bytes a chunk and a hardware-accelerated CRC
-(``benchmarks/store_codecs.py`` measures it against no checksum).
-"""
+Default "none": projected gradients barely compress (under 10 % at several times the write
+cost, ``benchmarks/store_codecs.py``). A crc32c ends every chain, so Zarr verifies each read."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The commit protocol of a row set: one flag per chunk, set after the chunk's data.
 
-A chunk of X is only ever written whole, and counts as done only once its flag is set, after its
-data was written. Flags live in a ``done`` array with one element per chunk and chunk size 1, so
-each flag is its own store key and concurrent committers never share one. (LocalStore writes
-each key to a temporary file and renames it, so a killed writer leaves either the old key or the
-new one.) Two writers of one chunk therefore each write all of it, with the same rows, and
-neither can lose the other's.
-"""
+Flags are a ``done`` array with chunk size 1: one store key each (written atomically), so
+concurrent committers never share one; two writers of one chunk write the same rows."""
 
 from __future__ import annotations
 
@@ -22,11 +17,8 @@ from trak_dist.store._integrity import checked_read
 
 
 class CommitFlags:
-    """The ``done`` flags of a row set of ``n`` rows in chunks of ``chunk_rows``.
-
-    Args:
-        done: the ``[n_chunks]`` uint8 array, chunk size 1.
-    """
+    """The ``done`` flags (``[n_chunks]`` uint8, chunk size 1) of ``n`` rows in chunks of
+    ``chunk_rows``."""
 
     def __init__(self, done: zarr.Array[Any], n: int, chunk_rows: int) -> None:
         self.done = done
@@ -53,11 +45,8 @@ class CommitFlags:
         return c * self.chunk_rows, min(self.n, (c + 1) * self.chunk_rows)
 
     def committed(self) -> np.ndarray:
-        """``[n_chunks]`` bool: which chunks are committed.
-
-        Raises:
-            StoreDamagedError: a flag fails its checksum (``store repair`` rewrites it).
-        """
+        """``[n_chunks]`` bool: which chunks are committed (StoreDamagedError: a flag fails its
+        checksum; ``store repair`` rewrites it)."""
         no_row_needs_a_flag = np.zeros(self.n_chunks, dtype=bool)  # 0 (absent) means not done
         return checked_read(self.done, (slice(0, self.n_chunks),), no_row_needs_a_flag) != 0
 

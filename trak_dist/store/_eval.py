@@ -7,17 +7,10 @@ Layout (``eval/<exp>/`` in the store)::
     margins [M, m] float32 model j's output f on every target of the experiment
     done    [M] uint8      1 once row j of ``margins`` is written
 
-Complete-or-absent per model: row j of ``margins`` is one chunk (one store key, written to a
-temporary file and renamed by the LocalStore), and ``done[j]`` is its own chunk, set after it.
-A killed evaluation leaves every model either done or not started; a rerun trains only the
-ones not done. Only the evaluation's driver writes (a single writer). The settings attributes
-are written last, so a group without them was never finished and is made again.
-
-Integrity (store/_integrity.py): every chunk carries a crc32c; margins are finite and their fill
-value is NaN, so a done model whose margins are missing or damaged is an error naming it; a mask
-is checked against the subset its settings define (``subset_mask``) before a model is trained on
-it. ``trak-dist store repair`` un-does a damaged model (``uncommit``), and the next
-``trak-dist eval`` trains exactly those again.
+Complete-or-absent per model (one margins chunk, then its own ``done`` chunk), single writer
+(the evaluation's driver); settings are written last, so a group without them is made again.
+Margins' fill value is NaN and every chunk carries a crc32c, so damage names the model;
+``trak-dist store repair`` un-does it and the next ``trak-dist eval`` retrains it.
 """
 
 from __future__ import annotations
@@ -27,12 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import (
-    NonFiniteError,
-    StoreDamagedError,
-    StoreMismatchError,
-    StoreStateError,
-)
+from trak_dist.errors import NonFiniteError, StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import (
     Damage,
@@ -73,12 +61,8 @@ class EvalSet:
 
     @classmethod
     def ensure(cls, parent: zarr.Group, exp: str, settings: dict[str, Any]) -> EvalSet:
-        """The eval set of ``exp`` with ``settings`` (see ``DEFINING``), created if new and grown
-        if ``settings["num_models"]`` exceeds the stored M.
-
-        Raises:
-            StoreMismatchError: the stored ground truth was made with other settings.
-        """
+        """The eval set of ``exp`` with ``settings``, created if new and grown to
+        ``settings["num_models"]``; StoreMismatchError if stored with other ``DEFINING``."""
         n, m, num = settings["train_size"], settings["num_targets"], settings["num_models"]
         if exp in parent and "num_targets" not in group(parent, exp).attrs:
             del parent[exp]  # killed while being created (settings come last): no model is done
@@ -101,25 +85,15 @@ class EvalSet:
                 ev._grow(num)
             return ev
         node = parent.require_group(exp)
-        node.create_array(
-            "masks",
-            shape=(num, n),
-            chunks=(1, n),
-            dtype="bool",
-            compressors=CHECKSUM,
-            fill_value=False,
-        )
-        node.create_array(
-            "margins",
-            shape=(num, m),
-            chunks=(1, m),
-            dtype="float32",
-            compressors=CHECKSUM,
-            fill_value=np.nan,
-        )
-        node.create_array(
-            "done", shape=(num,), chunks=(1,), dtype="uint8", compressors=CHECKSUM, fill_value=0
-        )
+        for name, cols, dtype, fill in (
+            ("masks", (n,), "bool", False),
+            ("margins", (m,), "float32", np.nan),
+            ("done", (), "uint8", 0),
+        ):
+            shape, chunks = (num, *cols), (1, *cols)
+            node.create_array(
+                name, shape=shape, chunks=chunks, dtype=dtype, compressors=CHECKSUM, fill_value=fill
+            )
         ev = cls(node)
         ev._write_masks(0, num, settings)
         node.attrs.update(settings)  # last: attrs present means the masks are written
@@ -148,11 +122,8 @@ class EvalSet:
         return dict(self.group.attrs)
 
     def done(self) -> np.ndarray:
-        """``[M]`` bool: which subset models' margins are stored.
-
-        Raises:
-            StoreDamagedError: a done flag fails its checksum (``store repair`` decides it).
-        """
+        """``[M]`` bool: which subset models' margins are stored (StoreDamagedError: a done flag
+        fails its checksum)."""
         no_model_needs_a_flag = np.zeros(self.num_models, dtype=bool)  # absent: not done
         return checked_read(self._done, (slice(0, self.num_models),), no_model_needs_a_flag) != 0
 
@@ -199,25 +170,16 @@ class EvalSet:
         return Damage(self.masks.path, (j, 0), ((j, j + 1), (0, n)), kind)
 
     def mask(self, j: int) -> np.ndarray:
-        """``[n]`` bool: the train examples of subset model ``j`` (checked against its
-        settings: a model is never trained on a damaged subset).
-
-        Raises:
-            StoreDamagedError: the stored mask fails its checksum, is missing or differs.
-        """
+        """``[n]`` bool: the train examples of subset model ``j``, checked against its settings
+        (StoreDamagedError if damaged, missing or different: never train on a bad subset)."""
         d = self.mask_damage(j)
         if d is not None:
             raise damaged_error([d], store_location(self.group))
         return np.asarray(self.masks[j])
 
     def write(self, j: int, margins: np.ndarray) -> None:
-        """Store model ``j``'s target margins ``[m]``, then mark it done.
-
-        Raises:
-            StoreStateError: margins of the wrong shape.
-            NonFiniteError: a margin is NaN/inf (nothing is stored: one NaN would make the
-                Spearman correlation of every target it touches NaN).
-        """
+        """Store model ``j``'s target margins ``[m]``, then mark it done (StoreStateError: wrong
+        shape; NonFiniteError: a NaN/inf margin, which would make every Spearman it touches NaN)."""
         if margins.shape != (self.margins.shape[1],):
             raise StoreStateError(
                 f"subset model {j} returned margins of shape {margins.shape}; the experiment "
@@ -253,12 +215,8 @@ class EvalSet:
             self._done[j : j + 1] = 1
 
     def finished(self, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Masks ``[M', n]`` and margins ``[M', m]`` of the M' models that are done (among the
-        first ``limit``).
-
-        Raises:
-            StoreDamagedError: a done model's margins or mask are damaged or missing.
-        """
+        """Masks ``[M', n]`` and margins ``[M', m]`` of the done models among the first
+        ``limit`` (StoreDamagedError: a done model's margins or mask are damaged or missing)."""
         idx = np.flatnonzero(self.done()[:limit])
         masks = np.zeros((len(idx), self.masks.shape[1]), bool)
         margins = np.zeros((len(idx), self.margins.shape[1]), np.float32)

@@ -11,15 +11,9 @@ from trak_dist.errors import NonFiniteError
 def refuse_non_finite(
     stored: np.ndarray, raw: np.ndarray, q: np.ndarray | None, rows: np.ndarray, who: str
 ) -> None:
-    """Raise NonFiniteError unless every row is finite as stored (before anything is written).
-
-    Args:
-        stored: ``[B, p]`` rows in the store's dtype.
-        raw: the same rows as computed (float32), to tell overflow in float16 from NaN input.
-        q: ``[B]`` out-to-loss weights, or None.
-        rows: ``[B]`` dataset row of each.
-        who: whose rows (``RowSet.describe``).
-    """
+    """Raise NonFiniteError unless every row is finite as stored, before anything is written;
+    ``raw`` (float32 as computed) tells float16 overflow from NaN input, ``q`` ``[B]`` or None,
+    ``rows`` the ``[B]`` dataset rows, ``who`` ``RowSet.describe``."""
     # one pass over a chunk: negligible next to the gradients that produced it
     bad_x = ~np.isfinite(stored).all(axis=1)
     bad_q = np.zeros_like(bad_x) if q is None else ~np.isfinite(q)

@@ -1,23 +1,12 @@
 """TRAKer's per-process staging of a row set: any rows, from any process, in any order.
 
-traker lets any process featurise any rows (``featurize(batch, inds=…)``, boundaries anywhere),
-while Zarr loses rows when two processes write one chunk. ``write_rows`` therefore writes the
-chunks a batch fills whole straight into X (and commits them, as a pipeline worker does) and
-stages the other rows in the writer's own shadow arrays (``_staging.py``), keys only it writes.
-``fold`` merges the shadows of every writer per chunk and writes (then commits) each chunk that
-their union covers. Callers fold under the store lock, so two folders never write one chunk at
-once (without a lock, e.g. a remote store, they would write the same whole chunk: no lost rows).
-
-Why not per-row flags in a shared array (many writers' flags in one chunk: the same race one
-level down), one writer per chunk (traker users would have to align shards to chunks), or a
-lock around every partial-chunk write (it would make the pipeline's lock-free shard writes
-unsafe whenever a TRAKer wrote at the same time)? Staging costs one extra write and read of the
-rows that do not fill whole chunks, and leaves the pipeline's fast path as it is.
-
-A fold moves X column chunk by column chunk (``store/_layout.py``): a chunk of X is written
-whole, but never held whole in memory when it is wide. Only shadows staged from the checkpoint
-the row set is bound to are folded or reused.
-"""
+Zarr loses rows when two processes write one chunk, so ``write_rows`` writes (and commits) the
+chunks a batch fills whole and stages the other rows in the writer's own shadow arrays
+(``_staging.py``); ``fold`` merges every writer's shadows per chunk and commits each chunk
+their union covers. Callers fold under the store lock. This keeps the pipeline's lock-free
+whole-chunk writes as they are, at the cost of one extra write and read of partial-chunk rows.
+A fold moves X column chunk by column chunk, so a wide chunk is never held whole in memory.
+Only shadows staged from the checkpoint the row set is bound to are folded or reused."""
 
 from __future__ import annotations
 
@@ -52,7 +41,7 @@ class StagedRows:
         writer: str,
         checkpoint: str | None = None,
     ) -> np.ndarray:
-        """Write rows ``inds``: the chunks they fill whole go to X and are committed; the other
+        """Write rows ``inds``: chunks they fill whole go to X and are committed; the other
         rows are staged in ``writer``'s shadow until ``fold`` finds their chunk complete.
 
         Args:
@@ -60,10 +49,8 @@ class StagedRows:
             x: ``[B, p]`` rows.
             q: ``[B]`` out-to-loss weights (train rows only).
             h: ``[B]`` uint64 item hashes (``row_hashes`` of the batch).
-            writer: a name no other process shares (e.g. a random hex string); one process
-                may reuse it for any number of calls.
-            checkpoint: the fingerprint of the checkpoint the rows come from; the row set is
-                bound to it and the staged rows are marked with it.
+            writer: a name no other process shares.
+            checkpoint: fingerprint of the rows' checkpoint (binds the row set, marks shadows).
 
         Returns:
             The chunks that received staged rows: the ones worth folding now.
@@ -166,17 +153,14 @@ class StagedRows:
     def fold(self, chunks: np.ndarray | None = None, checkpoint: str | None = None) -> int:
         """Write and commit every chunk (of ``chunks``; default: all) that staged rows cover.
 
-        Call under the store lock. Only rows staged from ``checkpoint`` are used (default: the
-        checkpoint the row set is bound to; given, the row set is bound to it first, as a
-        direct commit binds). X, Q and H move together, read checked. A full fold that leaves
-        every chunk committed removes the staging area.
+        Call under the store lock. Only rows staged from ``checkpoint`` (default: the bound one)
+        are used. A full fold that commits every chunk removes the staging area.
 
         Returns:
             The number of chunks committed.
 
         Raises:
-            StoreDamagedError: a staged chunk that a fold needs is damaged (``store repair``
-                drops that writer's shadow; its rows are then featurised again).
+            StoreDamagedError: a staged chunk a fold needs is damaged (see ``store repair``).
             StoreMismatchError: committed rows come from another checkpoint, or two writers
                 staged one row from different items.
         """

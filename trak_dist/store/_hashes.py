@@ -1,16 +1,7 @@
-"""Content hashes of train and target items: one 64-bit hash per row, and the fingerprint of a
-whole dataset built from them.
+"""Content hashes of train and target items: one 64-bit hash per row, and a dataset fingerprint.
 
-Workers and ``TRAKer`` hash the rows they featurise (from the collated batch, so an item hashes
-the same whether it came from a dataset or from a user's DataLoader) and store the hashes with
-the rows (``H`` of a RowSet). A rerun that reuses committed rows hashes its items again and
-compares: a changed row is an error naming it, never silently reused features. Hashing a row
-costs a copy and a blake2b of its bytes, far less than its gradient.
-
-The dataset fingerprint in a store's spec is the hash of every row's hash (``fingerprint``), so
-the driver's up-front check covers every row, and on a mismatch the stored per-row hashes name
-the rows that changed.
-"""
+Rows are hashed from the collated batch and stored with them (``H``); reused rows are compared,
+so changed data is an error naming the rows. The fingerprint hashes every row's hash."""
 
 from __future__ import annotations
 
@@ -105,11 +96,7 @@ def check_unchanged(
     stored: np.ndarray, fresh: np.ndarray, rows: np.ndarray, what: str, where: str
 ) -> None:
     """Raise StoreMismatchError naming the ``rows`` whose ``fresh`` hashes differ from the
-    ``stored`` ones (0: never written, not compared).
-
-    Args:
-        what: ``train`` or ``target``, with the model_id, for the message.
-    """
+    ``stored`` ones (0: never written, not compared); ``what`` names them in the message."""
     changed = np.asarray(rows)[(stored != 0) & (stored != fresh)]
     if len(changed):
         raise StoreMismatchError(

@@ -1,16 +1,8 @@
 """Reads that check what they read, and the scan for unreadable metadata.
 
-Every data array carries a crc32c checksum per chunk (Zarr v3's ``crc32c`` codec, last in the
-chain) and a fill value that committed data never holds (``SENTINEL``: NaN for floats, -1 for
-indices, 0 for row hashes). A read therefore catches the three ways a chunk goes bad:
-
-- its bytes changed: the checksum fails (Zarr raises ``ValueError``);
-- its file is gone: Zarr returns the fill value in its place;
-- it holds non-finite values: features that should never have been committed.
-
-Only on failure are the rows re-read chunk by chunk, to name the damaged chunks. Metadata is
-checked when a store is opened (``_metadata.py``).
-"""
+Every chunk carries a crc32c and a fill value committed data never holds (``SENTINEL``), so a
+read catches changed bytes, missing files and non-finite values; only on failure are rows
+re-read chunk by chunk to name the damaged chunks."""
 
 from __future__ import annotations
 
@@ -109,13 +101,8 @@ def _chunk_region(arr: zarr.Array[Any], coords: tuple[int, ...]) -> tuple[tuple[
 def chunk_damage(
     arr: zarr.Array[Any], coords: tuple[int, ...], rows: np.ndarray | None = None
 ) -> Damage | None:
-    """Read one whole chunk; what is wrong with it, or None.
-
-    Args:
-        rows: ``[rows of the chunk]`` bool, the rows that must hold data (default: all). The
-            others may read as the fill value: a writer's staged rows fill only part of a
-            chunk. With no row set, only the chunk's bytes are checked (its checksum).
-    """
+    """Read one whole chunk; what is wrong with it, or None. ``rows``: the chunk's rows that must
+    hold data (default: all; staged chunks fill only some); without, only the checksum."""
     region = _chunk_region(arr, coords)
     key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
 
@@ -166,13 +153,8 @@ def locate(
 def checked_read(
     arr: zarr.Array[Any], selection: tuple[slice, ...], rows: np.ndarray | None = None
 ) -> np.ndarray:
-    """``arr[selection]`` (slices with explicit bounds), or StoreDamagedError naming the
-    damaged chunks (checksum failed, chunk missing, non-finite values).
-
-    Args:
-        rows: ``[selected rows]`` bool, the rows that must hold data (default: all); the others
-            may read as the fill value (staged rows, ``store/_staging.py``).
-    """
+    """``arr[selection]`` (explicit bounds), or StoreDamagedError naming the damaged chunks;
+    ``rows``: the selected rows that must hold data (default: all; staged rows may be fill)."""
     region = tuple(
         (s.start or 0, dim if s.stop is None else min(s.stop, dim))
         for s, dim in zip(selection, arr.shape, strict=False)

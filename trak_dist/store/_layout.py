@@ -1,8 +1,7 @@
 """Where everything lives in a trak_dist store, and how its arrays are chunked.
 
-The one module that names the store's nodes: writers (``FeatureStore``, ``RowSet``, staging,
-``ScoreSet``), readers, ``verify`` and ``repair`` build paths with the functions below and
-classify them with ``parse``; no other module spells a path. Layout (one Zarr v3 group)::
+The one module that names the store's nodes: everyone builds paths with the functions below
+and classifies them with ``parse``. Layout (one Zarr v3 group)::
 
     attrs["trak_dist"]            FeatureSpec + codec
     train/<model_id>/             row set: X [n, p], Q [n], H [n], done [chunks];
@@ -15,12 +14,9 @@ classify them with ``parse``; no other module spells a path. Layout (one Zarr v3
     scores/<exp>/<variant>/       S, top-k arrays, Y/<model_id>; ``.partial-``/``.old-`` beside
     eval/<exp>/                   masks, margins, done (LDS subset models)
 
-Chunks are bounded in bytes (``CHUNK_BYTES``) along both axes. A row set's chunk has
-``min(chunk_rows, n)`` rows (the commit unit: writers own whole row chunks) and as many columns
-as fit the bound, so a wide X (a ResNet-18 with an identity projection: p = 11.7M) is split
-into column chunks instead of one ``chunk_rows × p`` chunk that Zarr would allocate, pad and
-compare whole on every write. A row chunk's column chunks are written together by its one
-owner, so concurrent writers still never share a chunk.
+Chunks are bounded in bytes (``CHUNK_BYTES``) along both axes: ``min(chunk_rows, n)`` rows (the
+commit unit) and as many columns as fit, so a wide X (p = 11.7M) is not one huge chunk that Zarr
+allocates and compares whole on every write. One owner writes all column chunks of a row chunk.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ ROW_GROUPS = (TRAIN, TARGETS)  # only trak_dist makes these; traker makes "score
 STAGED = "staged"
 XTX, FACTOR, Y = "xtx", "factor", "Y"
 ROW_ARRAYS = ("X", "Q", "H", "done")
-SHADOW_ARRAYS = ("X", "Q", "H", "has")
 EVAL_ARRAYS = ("masks", "margins", "done")
 TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val")
 CHECKPOINT = "checkpoint"  # a row set's (and a shadow's) checkpoint fingerprint attribute
@@ -99,14 +94,11 @@ class Node:
     """What a path of the store is.
 
     Attributes:
-        kind: ``root``, ``container``, ``experiment`` (``targets/<exp>``), ``rows`` (a row set or
-            one of its arrays), ``staged`` (a row set's staging area or one writer's shadow, or
-            below), ``xtx``, ``factors`` (``factor`` or below), ``scores`` (``scores/<exp>``),
-            ``score_set`` (a variant, or below), ``eval`` (``eval/<exp>``, or below), ``other``.
-        path: the node's own path, cut to the unit above (the row set, the shadow, the score
-            set, the eval set, ``xtx``, the factorisation).
-        model_id: the checkpoint (row sets and reductions), when the path names one.
-        exp: the experiment (targets, scores, eval).
+        kind: ``root``, ``container``, ``experiment``, ``rows``, ``staged``, ``xtx``,
+            ``factors``, ``scores``, ``score_set``, ``eval`` or ``other``.
+        path: the node's own path, cut to its unit (row set, shadow, score set, eval set,
+            ``xtx``, factorisation).
+        model_id, exp: the checkpoint and experiment the path names, if any.
     """
 
     kind: str

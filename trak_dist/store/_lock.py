@@ -1,9 +1,5 @@
-"""One process at a time creates or featurises a store (``<store>.lock`` beside it).
-
-Parallel jobs on one store (a sweep's SLURM jobs, traker-style one-process-per-checkpoint
-featurisation) would otherwise race to create its root group, and featurise or rewrite the
-shared factor arrays under each other's readers.
-"""
+"""One process at a time creates or featurises a store (``<store>.lock`` beside it): parallel
+jobs on one store would otherwise race to create it or rewrite factors under readers."""
 
 from __future__ import annotations
 
@@ -19,16 +15,12 @@ logger = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def store_lock(path: str | Path, wait: bool = True) -> Iterator[bool]:
-    """Hold the inter-process lock of the local store at ``path``; no lock for URLs.
-
-    Re-entrant within a process (one lock object per path), so the driver's long hold and the
-    store's own creation step nest.
+    """Hold the inter-process lock of the local store at ``path`` (re-entrant); none for URLs.
 
     Args:
         path: the store.
-        wait: block until the lock is free. With False, yield False at once when another
-            process holds it (or the store is remote): for work that may be skipped and done
-            later, such as folding staged rows.
+        wait: block until free; with False, yield False at once when another process holds it
+            (for skippable work such as folding staged rows).
 
     Yields:
         Whether the caller may go ahead (always True when ``wait``).

@@ -1,9 +1,5 @@
-"""Metadata a store is opened with: every ``zarr.json`` of a local store must parse.
-
-A node whose metadata is cut short, missing or not Zarr v3 JSON cannot be trusted (a row set's
-metadata holds the checkpoint it is bound to). Opening a store names every such file; ``trak-dist
-store repair`` drops what they describe (``_verify.py``, ``_repair.py``).
-"""
+"""Metadata a store is opened with: every ``zarr.json`` of a local store must parse (a row set's
+metadata holds its checkpoint); ``trak-dist store repair`` drops what torn files describe."""
 
 from __future__ import annotations
 
@@ -21,12 +17,9 @@ SETTLE_S = 0.25
 
 
 def settled_unreadable(where: str) -> list[str]:
-    """:func:`unreadable_metadata`, less nodes that another process is creating right now.
-
-    Zarr writes a new node's folder before its ``zarr.json``, and the file not atomically, so a
-    reader can meet a staged group of a concurrent TRAKer half made. Torn metadata stays torn:
-    only what is unreadable at every look, over about a second, is reported.
-    """
+    """:func:`unreadable_metadata`, less nodes another process is creating right now (Zarr
+    writes a folder before its ``zarr.json``, non-atomically): only what stays unreadable for
+    about a second is reported."""
     bad = set(unreadable_metadata(where))
     for _ in range(SETTLE_LOOKS):
         if not bad:
@@ -62,11 +55,9 @@ def check_metadata(where: str) -> None:
 
 
 def unreadable_metadata(root: str | Path) -> list[str]:
-    """Node paths (``""`` for the root) of a local store whose ``zarr.json`` is missing, cut
-    short or not Zarr v3 metadata. Chunk directories are not entered, nor folders beside the
-    store's own containers: a traker ``save_dir`` holds traker's folders too. ``eval/`` is
-    entered only when it has metadata of its own (``trak-dist eval`` makes it; a folder of that
-    name without it is someone else's)."""
+    """Node paths (``""``: root) whose ``zarr.json`` is missing, cut short or not Zarr v3.
+    Chunk folders and foreign folders (a traker ``save_dir``) are skipped; ``eval/`` only when
+    it has metadata of its own."""
     base = Path(root)
     bad: list[str] = []
     for dirpath, dirnames, filenames in os.walk(base):

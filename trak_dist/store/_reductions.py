@@ -1,8 +1,5 @@
-"""Reductions (XᵀX, factorisations): complete or absent.
-
-Data is written first and a ``complete`` flag last; readers treat anything else as absent. A
-damaged reduction is recomputed from the checksummed rows it was derived from.
-"""
+"""Reductions (XᵀX, factorisations): complete or absent (data first, ``complete`` flag last);
+a damaged one is recomputed from the checksummed rows."""
 
 from __future__ import annotations
 

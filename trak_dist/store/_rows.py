@@ -1,22 +1,9 @@
 """A set of featurised rows in the store: X, optional Q, row hashes H, per-chunk commit flags.
 
-A RowSet is the arrays and their reads and writes; its parts are small classes of their own:
-
-- ``flags`` (``_commit.py``): the commit protocol. A chunk of X is only ever written whole and
-  counts as done once its flag is set, after its data;
-- ``binding`` (``_binding.py``): the checkpoint the rows come from, bound by the first commit;
-- ``staged`` (``_fold.py``, ``_staging.py``): rows TRAKer processes stage when they do not fill
-  a whole chunk, folded into X once the writers' staged rows cover a chunk.
-
-Owners of whole chunks (the pipeline's workers, or a TRAKer batch that covers a chunk) ``write``
-the chunk, then ``commit`` it: no coordination is needed, since concurrent writers never share a
-chunk (chunk shapes: ``_layout.py``). ``verify`` and ``repair`` live in ``_verify.py`` and
-``_repair.py``.
-
-Integrity (``_integrity.py``): X, Q and H chunks, committed or staged, carry a crc32c and a fill
-value written rows never hold (NaN, NaN, 0), so reads name damaged or missing chunks. H holds a
-64-bit hash of each row's item, written with the row (``_hashes.py``).
-"""
+Parts: ``flags`` (``_commit.py``: a chunk counts once its flag is set after its data),
+``binding`` (``_binding.py``: the checkpoint bound by the first commit) and ``staged``
+(``_fold.py``, ``_staging.py``: TRAKer's partial-chunk rows). Owners of whole chunks ``write``
+then ``commit`` them without coordination."""
 
 from __future__ import annotations
 
@@ -38,12 +25,8 @@ from trak_dist.store._zarr import array
 
 
 class RowSet:
-    """Rows ``[0, n)`` of projected gradients in a Zarr group.
-
-    Args:
-        group: the group holding ``X`` (``[n, p]``), ``H`` (``[n]`` uint64), ``done``
-            (``[ceil(n/chunk)]``) and optionally ``Q`` (``[n]``).
-    """
+    """Rows ``[0, n)`` of projected gradients in ``group``: ``X`` ``[n, p]``, ``H`` ``[n]``
+    uint64, ``done`` ``[ceil(n/chunk)]`` and optionally ``Q`` ``[n]``."""
 
     def __init__(self, group: zarr.Group) -> None:
         self.group = group
@@ -89,12 +72,7 @@ class RowSet:
             if name == "Q" and not with_q:
                 continue
             group.create_array(
-                name,
-                shape=(n,),
-                chunks=(rows,),
-                dtype=kind,
-                compressors=CHECKSUM,
-                fill_value=fill,
+                name, shape=(n,), chunks=(rows,), dtype=kind, compressors=CHECKSUM, fill_value=fill
             )
         CommitFlags.create(group, n, rows)
         return cls(group)
@@ -137,11 +115,7 @@ class RowSet:
 
     # ---- rows ----------------------------------------------------------------------------------
     def write(
-        self,
-        start: int,
-        x: np.ndarray,
-        q: np.ndarray | None = None,
-        h: np.ndarray | None = None,
+        self, start: int, x: np.ndarray, q: np.ndarray | None = None, h: np.ndarray | None = None
     ) -> None:
         """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring)."""
         end = start + x.shape[0]

@@ -1,12 +1,7 @@
 """Score arrays of one (experiment, proj_dim, λ) variant: S and per-target top-k.
 
-Complete or absent, and a failed scoring keeps the previous scores: a new set is written into a
-partial group beside the variant (``<variant>.partial-<id>``), marked complete, then renamed into
-place (two directory renames; the previous set is removed only after the new one is in place).
-Readers only ever open ``<variant>`` and check its ``complete`` flag. Object stores have no
-rename: there the set is rewritten in place, complete flag last (complete or absent, but a
-failed rescoring loses the previous set).
-"""
+Complete or absent: written into ``<variant>.partial-<id>``, marked complete, renamed into place
+(a failed scoring keeps the old scores); object stores rewrite in place, complete flag last."""
 
 from __future__ import annotations
 
@@ -53,9 +48,7 @@ def _local_dir(node: zarr.Group) -> Path | None:
 
 class ScoreSet:
     """``S [n, m]`` float32 plus the ``k`` highest (proponents) and lowest (opponents) train
-    examples of every target. Written by one process (the reducer); ``publish`` makes it the
-    variant's set.
-    """
+    examples of every target; written by the reducer, ``publish`` makes it the variant's."""
 
     def __init__(self, group: zarr.Group, parent: zarr.Group | None = None, name: str = "") -> None:
         self.group = group

@@ -16,20 +16,9 @@ import torch
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 
-# 2 (issues 9, 10, 11 and 12 together; version 1 stores are refused by FeatureStore):
-#    - chunks carry a crc32c and fill values are sentinels (NaN, -1, 0), so a damaged, missing or
-#      unwritten chunk is detected on read (store/_integrity.py);
-#    - row sets hold per-row item hashes H, and the dataset fingerprint covers every row;
-#    - row sets may hold ``staged/<writer>/`` shadows (X, Q, H, has) of rows not yet folded into
-#      X (_fold.py), and the checkpoint a row set is bound to at its first commit;
-#    - commit and done flags are checksummed; reductions (xtx, factors) carry a ``complete`` flag
-#      and score sets are written beside the variant (``<variant>.partial-<id>``) and renamed in;
-#    - score sets record the λ used per checkpoint (attrs ``lambdas``, ``lambda_rule``) and may be
-#      named ``p<k>_lambdaauto``;
-#    - an ``eval/<exp>`` group holds the LDS's subset models (EvalSet), checksummed, done per model;
-#    - FeatureSpec.projection_params records what else defines a Kronecker projection.
-#    Chunk shapes are read from each array's metadata, so stores laid out before chunks were
-#    bounded in bytes (store/_layout.py: rows ≤ n, column chunks for wide X) read as they are.
+# 2: checksummed chunks with sentinel fills, row hashes H, staged shadows, checkpoint binding,
+# complete flags, λ per checkpoint, eval/<exp> and projection_params (issues 9-12); version 1
+# stores are refused. Chunk shapes are read from each array's metadata, so older layouts read.
 FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
 
@@ -88,11 +77,8 @@ class FeatureSpec:
         return cls(**d)
 
     def check_compatible(self, stored: FeatureSpec, where: str) -> None:
-        """Raise StoreMismatchError unless features ``stored`` can serve this request.
-
-        Every field must match, except that a request for a smaller proj_dim is served by the
-        prefix of the stored features.
-        """
+        """Raise StoreMismatchError unless features ``stored`` can serve this request: every
+        field must match, except a smaller proj_dim (served by the stored prefix)."""
         diffs = []
         for f in dataclasses.fields(self):
             mine, theirs = getattr(self, f.name), getattr(stored, f.name)
@@ -119,11 +105,9 @@ def _update_with_tensor(h: Any, t: torch.Tensor | np.ndarray) -> None:
 
 
 def dataset_fingerprint(dataset: Any) -> str:
-    """A content hash of every item, in order (``fingerprint`` of its row hashes).
-
-    It reads each item once; pass your own fingerprint when that is too expensive (rows are
-    then still checked against their stored hashes whenever a rerun reuses them).
-    """
+    """A content hash of every item, in order (``fingerprint`` of its row hashes). It reads
+    each item once: pass your own fingerprint when that is too expensive (reused rows are still
+    checked against their stored hashes)."""
     return fingerprint(dataset_row_hashes(dataset))
 
 

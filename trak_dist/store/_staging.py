@@ -1,28 +1,13 @@
 """Rows staged by one writer: private arrays shaped like the row set, holding only its rows.
 
-traker lets any process fill any rows of a row set (``featurize(batch, inds=…)`` from one process
-per shard, boundaries anywhere). Zarr stores whole chunks, so two processes writing rows of one
-chunk read-modify-write the same key and one loses the other's rows, silently. A writer therefore
-puts rows that do not fill a whole chunk into its own *shadow* arrays under
-``staged/<writer>/`` (``X``, ``Q``, ``H``, ``has``: the same shape and chunking as the row
-set's, so a row keeps its index), keys that no other process ever writes. ``StagedRows.fold``
-(``_fold.py``) merges
-the shadows of every writer chunk by chunk and writes a chunk of X only when their union covers
-it, whole.
-
-Write order: ``X``, ``Q`` and ``H`` first, the ``has`` flags last. Every key is replaced
-atomically (LocalStore writes a temporary file and renames it), so a reader that sees a row's
-flag also sees its data, and a writer killed mid-batch leaves rows without flags: not done,
-recomputed.
-
-Integrity (``store/_integrity.py``) holds here as for committed rows: every chunk carries a
-crc32c, fill values are sentinels (NaN, NaN, 0), and a staged row carries its item hash, so a
-rerun that reuses it checks the item it came from. A shadow records the checkpoint its writer
-had loaded (attribute ``checkpoint``): rows staged from another checkpoint than the one the row
-set is bound to are never folded nor reused. Reads check what a flagged row must hold: a
-damaged shadow is a StoreDamagedError naming the staged chunk (``trak-dist store repair``
-drops that writer's shadow, and its rows are featurised again).
-"""
+Two processes writing rows of one Zarr chunk silently lose each other's rows, so a writer puts
+rows that do not fill a whole chunk into its own shadow arrays under ``staged/<writer>/``
+(``X``, ``Q``, ``H``, ``has``, chunked like the row set), keys no other process writes;
+``StagedRows.fold`` (``_fold.py``) merges them. ``has`` flags are written last (every key is
+replaced atomically), so a killed writer leaves unflagged rows that are recomputed. A shadow
+records its writer's checkpoint; rows from another checkpoint than the bound one are never
+folded nor reused. Chunks carry crc32c and sentinel fills; a damaged shadow is dropped by
+``trak-dist store repair``."""
 
 from __future__ import annotations
 
@@ -39,12 +24,8 @@ from trak_dist.store._zarr import array, group, quiet_foreign_nodes
 
 
 class Shadow:
-    """One writer's staged rows of a row set.
-
-    Args:
-        node: the group ``staged/<writer>`` holding ``X`` (``[n, p]``), ``H`` (``[n]`` uint64),
-            ``has`` (``[n]`` uint8) and optionally ``Q`` (``[n]``).
-    """
+    """One writer's staged rows in ``node`` (``staged/<writer>``): ``X`` ``[n, p]``, ``H``
+    ``[n]`` uint64, ``has`` ``[n]`` uint8 and optionally ``Q`` ``[n]``."""
 
     def __init__(self, node: zarr.Group) -> None:
         self.name = node.basename
@@ -63,11 +44,8 @@ class Shadow:
         with_q: bool,
         checkpoint: str | None,
     ) -> Shadow:
-        """``writer``'s shadow arrays beside the row set's ``X`` (``like``), created if new.
-
-        A shadow of this writer staged from another checkpoint (the same TRAKer loading a new
-        checkpoint under one model_id) is discarded first: its rows belong to the old one.
-        """
+        """``writer``'s shadow arrays beside ``like``, created if new; a shadow staged from
+        another checkpoint (a new checkpoint under one model_id) is discarded first."""
         staged = staging(rows_group, create=True)
         assert staged is not None  # created above
         if writer in staged:
@@ -119,23 +97,14 @@ class Shadow:
         self.has.set_orthogonal_selection(inds, np.ones(len(inds), np.uint8))
 
     def rows(self, start: int, end: int) -> np.ndarray:
-        """``[end - start]`` bool: which rows of ``[start, end)`` this writer staged.
-
-        Raises:
-            StoreDamagedError: a chunk of the flags fails its checksum. (A missing flag chunk
-                reads as "not staged": those rows are featurised again, which is safe.)
-        """
+        """``[end - start]`` bool: which rows this writer staged (StoreDamagedError: a flag chunk
+        fails its checksum; a missing one reads "not staged", which is safe)."""
         none = np.zeros(end - start, dtype=bool)  # no row must hold a flag: checksum only
         return checked_read(self.has, (slice(start, end),), none).astype(bool)
 
     def read_x(self, start: int, end: int, cols: slice, has: np.ndarray) -> np.ndarray:
-        """X rows ``[start, end)``, columns ``cols`` (explicit bounds), checked where ``has``
-        (from ``rows``) flags them; the other rows are the fill value.
-
-        Raises:
-            StoreDamagedError: a chunk fails its checksum, or a flagged row is missing or
-                non-finite.
-        """
+        """X rows ``[start, end)``, columns ``cols``, checked where ``has`` flags them (the other
+        rows are the fill value); StoreDamagedError on a bad chunk or flagged row."""
         return checked_read(self.X, (slice(start, end), cols), has)
 
     def read_q(self, start: int, end: int, has: np.ndarray) -> np.ndarray | None:

@@ -1,14 +1,7 @@
 """The Zarr store: train features per checkpoint, target features per experiment, reductions.
 
-Where each of these lives, and how arrays are chunked, is ``store/_layout.py``.
-
-Reductions (xtx, factors, scores) are complete or absent: their data is written first and a
-``complete`` flag last (scores: renamed into place), and readers treat anything else as absent.
-A damaged xtx or factor is recomputed (it is derived from checksummed rows); damaged rows are a
-``StoreDamagedError`` (see ``store/_integrity.py`` and ``trak-dist store repair``). The subset
-models of ``eval/<exp>`` are complete or absent one by one (margins, then a done flag), and a
-damaged one is dropped by repair so that ``trak-dist eval`` trains it again.
-"""
+Layout: ``store/_layout.py``. Reductions are complete or absent (``complete`` flag last) and
+recomputed when damaged; damaged rows are a ``StoreDamagedError`` (``store repair``)."""
 
 from __future__ import annotations
 
@@ -69,11 +62,8 @@ class FeatureStore:
 
     @classmethod
     def open(cls, path: str | Path, mode: str = "r+", check: bool = True) -> FeatureStore:
-        """Open an existing store; its spec is read from its metadata.
-
-        Raises:
-            StoreStateError: no store there, or (``check``) some of its metadata is unreadable.
-        """
+        """Open an existing store, its spec read from its metadata (StoreStateError: none there,
+        or with ``check``, unreadable metadata)."""
         where = str(path)
         if check:
             check_metadata(where)
@@ -94,15 +84,9 @@ class FeatureStore:
         overwrite: bool = False,
         row_hashes: np.ndarray | None = None,
     ) -> FeatureStore:
-        """Open the store at ``path`` if it holds compatible features, else create it.
-
-        Args:
-            row_hashes: the train set's ``[n]`` row hashes (what ``spec.dataset_fingerprint``
-                was computed from), to name the rows that changed when the fingerprints differ.
-
-        Raises:
-            StoreMismatchError: the store exists with other settings (see FeatureSpec).
-        """
+        """Open the store at ``path`` if it holds compatible features, else create it
+        (StoreMismatchError for other settings); ``row_hashes``: the train set's ``[n]`` row
+        hashes, to name changed rows when the fingerprints differ."""
         where = str(path)
         compressors(codec)  # validate the name before touching disk
         with store_lock(where):
@@ -160,12 +144,8 @@ class FeatureStore:
         return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q)
 
     def bind(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
-        """Bind ``rows`` to the checkpoint that featurises them; call before each commit
-        (see ``CheckpointBinding.bind``; checked once per row set and store object).
-
-        Raises:
-            StoreMismatchError: committed rows of ``rows`` come from another checkpoint.
-        """
+        """Bind ``rows`` to the checkpoint that featurises them before each commit
+        (``CheckpointBinding.bind``); StoreMismatchError if committed rows come from another."""
         if not fingerprint or rows.group.path in self._bound:
             return
         rows.bind(fingerprint, what, self.where)
@@ -204,13 +184,6 @@ class FeatureStore:
         node = group(self.root, path)
         evals, evecs = get_reduction(node, "eigenvalues"), get_reduction(node, "eigenvectors")
         return None if evals is None or evecs is None else (evals, evecs)
-
-    def drop_reductions(self, model_id: int) -> None:
-        """Remove XᵀX and its factorisations of ``model_id`` (``store repair``)."""
-        node = group(self.root, layout.train(model_id))
-        for name in (layout.XTX, layout.FACTOR):
-            if name in node:
-                del node[name]
 
     # ---- targets ----------------------------------------------------------------------------
     def experiments(self) -> list[str]:

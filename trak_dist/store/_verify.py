@@ -2,41 +2,18 @@
 local store; un-commit what is damaged and drop what was derived from it, so the next run
 recomputes just that.
 
-What counts as a problem, and what repair does with it:
+- a damaged committed chunk of X, Q or H (checksum, missing, non-finite): un-committed, with
+  the reductions built from its row set (XᵀX, factors, score sets using its checkpoint);
+- a damaged commit flag: rewritten if the chunk's data is whole, else un-committed;
+- damaged staged rows: that writer's shadow is dropped (staged rows are in no reduction);
+- a damaged, incomplete or left-over reduction: dropped and recomputed;
+- unreadable metadata: the node is dropped with what was derived from it (not the root's);
+- a damaged subset model of ``eval/<exp>``: un-done (the next ``trak-dist eval`` retrains it);
+  a bad done flag is rewritten when margins and mask are whole; a settings-less group is dropped;
+- rows of one checkpoint hashed from other items than another's: not repairable (user's call).
 
-- a committed chunk of X, Q or H that fails its checksum, is missing, or holds non-finite or
-  unwritten values: the chunk is un-committed (the next run featurises exactly those rows, and
-  rows of it still staged from before its commit are unflagged too), and the reductions built
-  from its row set are dropped: XᵀX and factorisations of a train row set, and every score set
-  that used its checkpoint;
-- a commit flag that fails its checksum: the chunk's data decides. Whole and intact (X is only
-  ever written whole, before its flag), the flag is rewritten; otherwise the chunk is
-  un-committed as above;
-- staged rows (``staged/<writer>/``, rows of chunks not committed yet) that fail a checksum or
-  are missing or non-finite though flagged: that writer's shadow is dropped, and the next run
-  featurises its rows again. Staged rows are in no reduction, so nothing else goes. Rows staged
-  in chunks that are committed are garbage a fold never reads, and are not checked;
-- a reduction (XᵀX, factorisation, score set) that is damaged, incomplete (a run stopped while
-  writing it) or left over (a partial score set): dropped, the next run recomputes it;
-- unreadable metadata (``zarr.json`` cut short or missing): the node it describes is dropped,
-  with what was derived from it (a row set whose metadata is torn is featurised again, since
-  the checkpoint it was bound to is unknown; a torn shadow only drops that shadow). The root's
-  metadata holds the store's settings; without it the store cannot be repaired;
-- a subset model of ``eval/<exp>`` (the LDS's ground truth) whose margins are damaged or missing
-  though it is done, or whose mask fails its checksum or differs from the subset its settings
-  define: the model is un-done (flag and margins removed, mask written again), and the next
-  ``trak-dist eval`` trains exactly those models again. A done flag that fails its checksum is
-  rewritten when the model's margins and mask are whole (margins are written before the flag),
-  else the model is un-done. An ``eval/<exp>`` without its settings (an evaluation killed while
-  creating it, before any model was trained) is dropped. Nothing is derived from subset models
-  inside the store, so nothing else goes;
-- rows of one checkpoint hashed from other items than another checkpoint's: not repairable
-  (which data is right is the user's call).
-
-Paths are built and classified by ``_layout.py`` (as every writer builds them); ``repair``
-(``_repair.py``) acts on the report. Run repair while no job writes the store: it takes the
-store lock, which the pipeline's driver holds while featurising, but TRAKer processes hold it
-only while folding.
+``repair`` (``_repair.py``) acts on the report. Run it while no job writes the store: it takes
+the store lock, which the driver holds while featurising but TRAKer only while folding.
 """
 
 from __future__ import annotations
@@ -177,12 +154,8 @@ def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
 
 
 def verify(path: str | Path) -> Report:
-    """Check every committed chunk, reduction and metadata file of the local store ``path``.
-
-    Raises:
-        StoreStateError: no store there, or its root metadata is unreadable (not repairable).
-        StoreMismatchError: a store of another format version.
-    """
+    """Check every committed chunk, reduction and metadata file of the local store ``path``
+    (StoreStateError: no store or unreadable root metadata; StoreMismatchError: other version)."""
     where = str(path)
     base = Path(where)
     if "://" in where or not base.is_dir():

@@ -24,12 +24,9 @@ class Problem:
     """Something wrong in the store and what repair does about it.
 
     Attributes:
-        node: the node's path in the store (``train/0/X``).
-        what: what is wrong, for people.
-        uncommit: a damaged chunk of a row set: (row set path, chunk index); or a damaged
-            subset model of an eval set: (``eval/<exp>``, model index).
-        recommit: a chunk (subset model) whose flag is unreadable and whose data is whole:
-            (path, chunk or model index).
+        node: the node's path (``train/0/X``); ``what``: what is wrong, for people.
+        uncommit: (row set path, chunk) or (``eval/<exp>``, model) to un-commit.
+        recommit: (path, chunk or model) whose flag is unreadable but data whole.
         drop: node paths repair removes (the next run recomputes them).
     """
 

@@ -36,12 +36,8 @@ def attr_int(node: zarr.Group | zarr.Array[Any], key: str) -> int:
 
 @contextlib.contextmanager
 def quiet_foreign_nodes() -> Iterator[None]:
-    """Silence zarr's warning about non-Zarr files and folders while listing a group.
-
-    A traker ``save_dir`` often holds other things (traker's own results, logs, checkpoints);
-    zarr lists them and warns "not recognized as a component of a Zarr hierarchy" for each.
-    They are not ours and we never read them, so the warning only adds noise.
-    """
+    """Silence zarr's "not recognized as a component of a Zarr hierarchy" warnings while listing
+    a group: a traker ``save_dir`` holds foreign files we never read."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message=".*not recognized as a component of a Zarr hierarchy"

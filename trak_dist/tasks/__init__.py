@@ -40,11 +40,8 @@ TASKS: dict[str, type[ModelOutput]] = {
 
 def resolve_task(task: Any, **kwargs: Any) -> Any:
     """A task instance from a name in ``TASKS``, a ``"package.module:Class"`` path, a class
-    (instantiated with ``kwargs``), or an object.
-
-    Objects are taken as they are if they have ``get_output`` and ``get_out_to_loss_grad``
-    (traker ``AbstractModelOutput`` instances qualify).
-    """
+    (instantiated with ``kwargs``), or an object with ``get_output`` and
+    ``get_out_to_loss_grad`` (traker ``AbstractModelOutput`` instances qualify)."""
     if isinstance(task, str):
         if task in TASKS:
             return TASKS[task](**kwargs)

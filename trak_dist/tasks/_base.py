@@ -17,31 +17,22 @@ Params = dict[str, Tensor]
 class ModelOutput(ABC):
     """A model output function f(z; θ) and its out-to-loss weight Q (TRAK paper, §3).
 
-    To add a task, subclass this (or traker's ``AbstractModelOutput``: the signatures are the
-    same, so traker tasks work unchanged) and implement:
+    Subclass this (or traker's ``AbstractModelOutput``: same signatures, so traker tasks work
+    unchanged) and implement:
 
-    - ``get_output(model, weights, buffers, *sample)``: f for ONE example (no batch dimension),
-      a scalar tensor, written with ``torch.func.functional_call(model, (weights, buffers), …)``
-      so it can be differentiated with respect to ``weights`` under ``vmap``.
-    - ``get_out_to_loss_grad(model, weights, buffers, batch)``: Q for a batch, shape ``[B]`` or
-      ``[B, 1]``: the derivative of the loss with respect to f.
+    - ``get_output(model, weights, buffers, *sample)``: scalar f for ONE example, written with
+      ``torch.func.functional_call(model, (weights, buffers), …)`` (differentiated under vmap);
+      for a dict batch, the sample's dict comes after ``buffers``.
+    - ``get_out_to_loss_grad(model, weights, buffers, batch)``: Q ``[B]`` or ``[B, 1]``.
 
-    Optionally, for the module-hook gradient engine (no vmap, so any model that runs forward and
-    backward works):
+    Optionally, for the module-hook engine (no vmap):
 
-    - ``get_outputs(model, batch)``: f for every sample of a batch, ``[B]``, from a plain call of
-      ``model`` (its own parameters, no ``functional_call``). Sample i's output must depend on
-      sample i only (the model is in eval mode), so that the gradient of the sum is the sum of
-      the per-sample gradients.
-    - ``get_outputs_and_q(model, batch)``: ``(f [B], Q [B])`` from that same forward pass, Q
-      detached: the hook engine then needs no second forward for Q (with a language model's
-      vocabulary-sized logits that forward is a good part of featurisation). Q must equal
-      ``get_out_to_loss_grad``'s.
+    - ``get_outputs(model, batch)``: f ``[B]`` from a plain call of ``model``; sample i's output
+      must depend on sample i only (eval mode).
+    - ``get_outputs_and_q(model, batch)``: ``(f, Q)`` from that one forward, Q detached and equal
+      to ``get_out_to_loss_grad``'s (saves a second forward over a vocabulary's logits).
 
     ``BatchedOutput`` derives both output entries from one batched ``outputs`` method.
-
-    A batch is a tuple of tensors, or a dict of them (Hugging Face style); for a dict batch,
-    ``get_output`` receives one dict (a sample's tensors) after ``buffers``.
 
     Example:
         >>> import torch
@@ -73,12 +64,8 @@ class ModelOutput(ABC):
 
 class BatchedOutput(ModelOutput):
     """A task written once, for a batch: subclasses implement ``outputs(model, params, batch)
-    -> [B]``; the per-sample entry (vmap) runs it on a batch of one with ``functional_call``
-    parameters, the hook engine's entry on the whole batch with the model's own.
-
-    Args:
-        temperature: softmax temperature of Q.
-    """
+    -> [B]``; the vmap entry runs it on a batch of one with ``functional_call`` parameters, the
+    hook engine's on the whole batch with the model's own. ``temperature``: of Q's softmax."""
 
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
@@ -105,12 +92,8 @@ class BatchedOutput(ModelOutput):
 
 def valid_labels(logits: Tensor, labels: Tensor) -> Tensor:
     """``[B]`` bool: which labels are one of the ``C`` classes of ``logits`` ``[B, C]``.
-
-    Raises:
-        LabelError: some label is outside ``[0, C)``, when the values can be read. Under
-            ``torch.func.vmap`` they cannot (no data-dependent control flow there): the caller
-            then poisons those samples' outputs with NaN, which the store refuses to commit.
-    """
+    LabelError for one outside ``[0, C)`` when values can be read; under vmap the caller
+    poisons those outputs with NaN instead, which the store refuses to commit."""
     classes = int(logits.shape[-1])
     valid = (labels >= 0) & (labels < classes)
     try:
@@ -124,15 +107,8 @@ def valid_labels(logits: Tensor, labels: Tensor) -> Tensor:
 
 
 def margin(logits: Tensor, labels: Tensor) -> Tensor:
-    """log p/(1−p) of the correct class: its logit minus logsumexp of the other logits.
-
-    Args:
-        logits: ``[B, C]``.
-        labels: ``[B]``, each in ``[0, C)`` (else LabelError; NaN outputs under vmap).
-
-    Returns:
-        ``[B]``.
-    """
+    """``[B]`` log p/(1−p) of the correct class: its logit minus logsumexp of the others
+    (``labels`` outside ``[0, C)``: LabelError, or NaN outputs under vmap)."""
     valid = valid_labels(logits, labels)
     # a label of −1 would otherwise silently index the last class
     safe = torch.where(valid, labels, torch.zeros_like(labels))

@@ -14,11 +14,8 @@ from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 
 class ImageClassification(ModelOutput):
-    """f = log p/(1−p) of the label's class; a sample is ``(image, label)``.
-
-    Args:
-        temperature: softmax temperature of Q.
-    """
+    """f = log p/(1−p) of the label's class; a sample is ``(image, label)``; ``temperature``:
+    of Q's softmax."""
 
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
@@ -51,19 +48,14 @@ class ImageClassification(ModelOutput):
 
 
 class TextClassification(BatchedOutput):
-    """f = log p/(1−p) of the label's class for sequence classifiers (e.g. a Hugging Face
+    """f = log p/(1−p) of the label's class for sequence classifiers (e.g. HF
     ``*ForSequenceClassification``), called as ``model(input_ids=, attention_mask=,
     [token_type_ids=])``; Q = 1 − p.
 
-    A batch is one of:
-
-    - ``(input_ids, token_type_ids, attention_mask, label)`` (traker's layout), each ``[B, T]``
-      and ``label`` ``[B]``;
-    - ``(input_ids, attention_mask, label)`` for models without token types (GPT-2 embeds
-      token types with its word embeddings, so zeros are not the same as none);
-    - a dict as Hugging Face tokenizers and datasets give it: ``input_ids``, ``attention_mask``,
-      optionally ``token_type_ids`` / ``position_ids``, and ``labels`` or ``label``. Other keys
-      are ignored.
+    A batch is ``(input_ids, token_type_ids, attention_mask, label)`` (traker's layout),
+    ``(input_ids, attention_mask, label)`` (no token types: GPT-2 embeds zeros differently from
+    none), or a Hugging Face dict (``input_ids``, ``attention_mask``, optional
+    ``token_type_ids`` / ``position_ids``, ``labels`` or ``label``; other keys ignored).
 
     Args:
         temperature: softmax temperature of Q.
@@ -111,14 +103,9 @@ class TextClassification(BatchedOutput):
 
 
 class IterativeImageClassification(ImageClassification):
-    """traker's ``iterative_image_classification``: the margin of ImageClassification, also in
-    the calling convention of traker's ``IterativeGradientComputer``.
-
-    That computer calls ``get_output(model, None, None, images, labels)`` once per batch, with a
-    plain forward pass through the model's own parameters, and differentiates each sample's
-    output with autograd. Our engines call it per sample with functional weights. Both give the
-    same margins, hence the same features, so this task works with every gradient computer.
-    """
+    """traker's ``iterative_image_classification``: ImageClassification's margin, also in the
+    calling convention of traker's ``IterativeGradientComputer`` (``get_output(model, None,
+    None, images, labels)`` once per batch, a plain forward); the same features either way."""
 
     def get_output(
         self, model: nn.Module, weights: Params | None, buffers: Params | None, *sample: Tensor

@@ -18,18 +18,15 @@ logger = logging.getLogger(__name__)
 class CLIPOutput(ModelOutput):
     """The CLIP model output of TRAK (§5.1 of the paper), as traker 0.3.2's ``CLIPModelOutput``.
 
-    The model is called as ``model(image=…, text=…)`` and returns ``(image_embeddings,
-    text_embeddings, logit_scale)``. For a pair (x, y) with embeddings φ, ψ and a simulated
-    batch B of ``simulated_batch_size`` pairs drawn from embeddings computed beforehand by
-    :meth:`get_embeddings`::
+    ``model(image=…, text=…)`` returns ``(image_embeddings, text_embeddings, logit_scale)``. For
+    a pair with embeddings φ, ψ and a simulated batch B drawn from :meth:`get_embeddings`::
 
         f = −logsumexp_B(−φ·(ψ − ψ')) − logsumexp_B(−ψ·(φ − φ'))
         Q = 1 − (softmax(S) + softmax(Sᵀ))_ii / 2,   S = T φ ψᵀ over the batch
 
-    Kept from traker so the numbers match: the simulated batch is drawn with probabilities
-    proportional to the row index (row 0 is never drawn), ``size`` rows of embeddings are
-    allocated whatever the loader holds (rows never filled stay zero and are drawn too), and
-    the temperature, when not given, is the logit scale of the first batch Q is computed for.
+    Kept from traker so the numbers match: B is drawn with probabilities proportional to the
+    row index (row 0 never), ``size`` rows are allocated whatever the loader holds (unfilled
+    rows stay zero and are drawn too), and T defaults to the first batch's logit scale.
 
     Args:
         temperature: the softmax temperature of Q; None for the model's logit scale.
@@ -56,20 +53,9 @@ class CLIPOutput(ModelOutput):
         preprocess_fn_img: Callable[[Any], Tensor] | None = None,
         preprocess_fn_txt: Callable[[Any], Tensor] | None = None,
     ) -> None:
-        """Embed the first ``size`` pairs of ``loader`` (traker's signature).
-
-        Unlike traker, the embeddings live on the model's device (traker's are always on CUDA),
-        and rows are placed by the batches' actual lengths (``batch_size`` is accepted for the
-        signature; traker fails on a short last batch).
-
-        Args:
-            model: the CLIP model.
-            loader: yields ``(images, texts)`` batches.
-            batch_size: the loader's batch size (unused, see above).
-            embedding_dim: the embeddings' width.
-            size: rows to allocate and fill.
-            preprocess_fn_img, preprocess_fn_txt: applied to each batch's images / texts.
-        """
+        """Embed the first ``size`` pairs of ``loader`` (traker's signature). Unlike traker,
+        embeddings live on the model's device and rows are placed by the batches' actual lengths
+        (``batch_size`` is unused; traker fails on a short last batch)."""
         device = next(model.parameters()).device
         images_out = torch.zeros(size, embedding_dim, device=device)
         texts_out = torch.zeros(size, embedding_dim, device=device)

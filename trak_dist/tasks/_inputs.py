@@ -42,11 +42,8 @@ def dict_labels(batch: Mapping[str, Tensor], what: str) -> Tensor | None:
 def logits(
     model: nn.Module, params: tuple[Params, Params] | None, inputs: dict[str, Tensor]
 ) -> Tensor:
-    """``model(**inputs)``'s logits: from the model's own parameters (``params=None``), or from
-    ``(weights, buffers)`` with ``torch.func.functional_call`` (the vmap engine's path).
-
-    Hugging Face models return an output object with ``.logits``; plain modules a tensor.
-    """
+    """``model(**inputs)``'s logits (``.logits`` of a HF output) from the model's own parameters
+    (``params=None``) or ``(weights, buffers)`` via ``functional_call`` (vmap)."""
     if params is None:
         out = model(**inputs)
     else:

@@ -19,34 +19,23 @@ IGNORE_INDEX = -100  # Hugging Face's "no loss here" label
 class CausalLM(BatchedOutput):
     """TRAK's model output for next-token prediction (e.g. Hugging Face ``GPT2LMHeadModel``).
 
-    The model is called as ``model(input_ids=, attention_mask=)`` and returns logits
-    ``[B, T, V]``. Position t predicts token y_t = ``input_ids[t+1]``; it counts (t ∈ 𝒯) when
-    both tokens are real (``attention_mask`` is 1 at t and t+1) and, if the batch has
-    ``labels``, ``labels[t+1] != -100`` (Hugging Face's convention, e.g. to leave out a prompt).
-
-    With p_t = softmax(z_t)[y_t] the probability of the true next token:
+    ``model(input_ids=, attention_mask=)`` returns logits ``[B, T, V]``. Position t predicts
+    y_t = ``input_ids[t+1]`` and counts (t ∈ 𝒯) when both tokens are real and, with ``labels``,
+    ``labels[t+1] != -100``. With p_t = softmax(z_t)[y_t]:
 
         margin_t = log p_t/(1 − p_t) = z_t[y_t] − logsumexp_{v ≠ y_t} z_t[v]
         f        = Σ_{t∈𝒯} margin_t
         Q        = (1/|𝒯|) Σ_{t∈𝒯} (1 − p_t)                       (0 when 𝒯 is empty)
 
-    Why: the sample's loss is the token-summed cross-entropy L = Σ_t ℓ_t with
-    ℓ_t = −log p_t = log(1 + e^{−margin_t}), so ∂ℓ_t/∂margin_t = −(1 − p_t): per token this is
-    exactly TRAK's classification pair (margin, 1 − p), and a one-token sequence gives the
-    classification task over the vocabulary. For the sequence, TRAK needs one output f and one
-    weight Q with ∇θL ≈ −Q ∇θf, while ∇θL = −Σ_t (1 − p_t) ∇θ margin_t. With f the summed
-    margin, Q = ∂L/∂f along the direction that raises every token's margin by the same amount
-    (f + ε spread as ε/|𝒯| per token) is the mean of (1 − p_t); it is exact when the tokens'
-    (1 − p_t) are equal, and it is the least-squares scalar Q = ⟨∇f, ∇L⟩/|∇f|² when the
-    per-token gradients are orthogonal with equal norms. The gradient-weighted version would
-    need a per-token gradient; the mean costs nothing. Hugging Face's loss (the token mean over
-    a batch) is L divided by a constant of the batch, which scales all scores alike.
+    Why: with L = Σ_t ℓ_t, ∂ℓ_t/∂margin_t = −(1 − p_t) (per token TRAK's classification pair).
+    TRAK needs one f and Q with ∇θL ≈ −Q ∇θf; with f the summed margin, raising every margin
+    alike gives Q = mean (1 − p_t): exact when the (1 − p_t) are equal, least-squares when the
+    per-token gradients are orthogonal with equal norms, and free. HF's token-mean loss only
+    scales all scores alike.
 
-    A batch is ``(input_ids, attention_mask)``, ``(input_ids, attention_mask, labels)`` (each
-    ``[B, T]``), or a dict with ``input_ids``, optional ``attention_mask`` (all ones if absent),
-    ``labels``, ``token_type_ids`` and ``position_ids``; other keys are ignored. Pad on the
-    right, or pass ``position_ids`` with left padding (GPT-2 numbers positions from the first
-    column, padding included, when it gets none).
+    A batch is ``(input_ids, attention_mask[, labels])`` or a dict (``input_ids``, optional
+    ``attention_mask``, ``labels``, ``token_type_ids``, ``position_ids``). Pad on the right, or
+    pass ``position_ids`` with left padding.
 
     Args:
         temperature: softmax temperature of Q.
