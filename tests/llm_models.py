@@ -109,3 +109,29 @@ def checkpoints(
         tok.save_pretrained(path)
         out.append(path)
     return out
+
+
+def adapters(root: Path, base: Path, num: int = 2) -> list[Path]:
+    """``num`` LoRA adapter directories (q/v projections, r=4) trained on top of ``base``."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(base)
+    model = LlamaForCausalLM.from_pretrained(base)
+    model = get_peft_model(
+        model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    docs = sentences(40)
+    enc = tok(docs, padding=True, return_tensors="pt")
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    out = []
+    for k in range(num):
+        for _ in range(5):
+            opt.zero_grad()
+            model(**enc, labels=labels).loss.backward()
+            opt.step()
+        path = root / f"lora{k}"
+        model.save_pretrained(path)
+        out.append(path)
+    return out

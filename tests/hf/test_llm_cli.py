@@ -44,17 +44,17 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def api_scores(root: Path, ckpts: list[Path]) -> np.ndarray:
+def api_scores(root: Path, ckpts: list[Path], dtype: str = "float32") -> np.ndarray:
     """TRAKer on the batches ``data=text`` builds, checkpoint by checkpoint."""
     cfg = JobConfig(
-        model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts]),
+        model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts], dtype=dtype),
         data=DataConfig(format="text", train=str(root / "train.jsonl"),
                         targets=str(root / "targets.jsonl")),
         task=TaskConfig(name="causal_lm"),
     )
     train, targets = cfg.data.train(), cfg.data.targets()
     traker = TRAKer(
-        model=from_checkpoints(ckpts), task="causal_lm", train_set_size=len(train),
+        model=from_checkpoints(ckpts, dtype), task="causal_lm", train_set_size=len(train),
         save_dir=root / "api.zarr", device="cpu", proj_dim=16,
     )
     for i, c in enumerate(ckpts):
@@ -95,3 +95,42 @@ def test_readme_command_equals_the_python_api(tmp_path, arch):
         assert row["proponents"][0]["index"] == top
         assert row["proponents"][0]["text"] == train_text[top]
         assert row["proponents"][0]["score"] == pytest.approx(float(cli[top, t]), rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_lora_adapters_are_attributed_wrt_their_trainable_parameters(tmp_path):
+    base = llm_models.checkpoints(tmp_path, "llama", num=1)[0]
+    adapters = llm_models.adapters(tmp_path, base)
+    model = from_checkpoints(adapters)
+    names = [n for n, _ in model.named_parameters()]
+    assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
+    d = sum(p.numel() for p in model.parameters())
+    args = ["task=causal_lm", "model=hf", "data=text", "model.checkpoints=[lora0,lora1]",
+            "data.train=train.jsonl", "data.targets=targets.jsonl", "hydra.run.dir=run"]
+    out = run_cli([*args, *SMALL], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    store = FeatureStore.open(tmp_path / "trak_store.zarr", mode="r")
+    assert store.spec.grad_dim == d  # the adapter's parameters, not the base model's
+    report = json.loads((tmp_path / "run" / "trak_report.json").read_text())
+    cli = store.score_set("targets", report["variants"][0]["variant"]).scores()
+    expected = api_scores(tmp_path, adapters)
+    np.testing.assert_allclose(cli, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_bfloat16_weights(tmp_path):
+    ckpts = llm_models.checkpoints(tmp_path, "llama", num=2, dtype=torch.bfloat16)
+    assert from_checkpoints(ckpts, "bfloat16").lm_head.weight.dtype == torch.bfloat16
+    args = ["task=causal_lm", "model=hf", "data=text", "model.checkpoints=[c0,c1]",
+            "model.dtype=bfloat16", "data.train=train.jsonl", "data.targets=targets.jsonl",
+            "hydra.run.dir=run"]
+    out = run_cli([*args, *SMALL], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    store = FeatureStore.open(tmp_path / "trak_store.zarr", mode="r")
+    report = json.loads((tmp_path / "run" / "trak_report.json").read_text())
+    cli = store.score_set("targets", report["variants"][0]["variant"]).scores()
+    assert np.isfinite(cli).all() and np.abs(cli).max() > 0
+    expected = api_scores(tmp_path, ckpts, "bfloat16")
+    np.testing.assert_allclose(cli, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,10 @@ def _adapter(first: Path, base: str | None, dtype: str, trust_remote_code: bool)
     root = base_dir(first, base)
     model = load_pretrained(root, dtype, trust_remote_code)
     try:
-        peft_model = PeftModel.from_pretrained(model, str(first), is_trainable=True)
+        with warnings.catch_warnings():
+            # peft 0.17+ asks transformers 5 a deprecated question; nothing the user can change
+            warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
+            peft_model = PeftModel.from_pretrained(model, str(first), is_trainable=True)
     except (ValueError, RuntimeError, KeyError, AttributeError) as e:
         raise ConfigError(
             f"adapter {first} does not fit the base model {root} ({gist(e)}): it was trained "
