@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from pathlib import Path
 
 import torch
@@ -118,9 +119,13 @@ def adapters(root: Path, base: Path, num: int = 2) -> list[Path]:
 
     tok = AutoTokenizer.from_pretrained(base)
     model = LlamaForCausalLM.from_pretrained(base)
-    model = get_peft_model(
-        model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
     )
+    with warnings.catch_warnings():
+        # peft asks transformers 5 a deprecated question (is_gradient_checkpointing)
+        warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
+        model = get_peft_model(model, config)
     docs = sentences(40)
     enc = tok(docs, padding=True, return_tensors="pt")
     labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)

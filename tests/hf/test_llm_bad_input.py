@@ -11,8 +11,14 @@ import pytest
 import llm_models
 from test_llm_cli import SMALL, run_cli
 
-BASE = ["task=causal_lm", "model=hf", "data=text", "data.train=train.jsonl",
-        "data.targets=targets.jsonl", *SMALL]
+BASE = [
+    "task=causal_lm",
+    "model=hf",
+    "data=text",
+    "data.train=train.jsonl",
+    "data.targets=targets.jsonl",
+    *SMALL,
+]
 
 
 @pytest.fixture(scope="module")

@@ -48,14 +48,19 @@ def api_scores(root: Path, ckpts: list[Path], dtype: str = "float32") -> np.ndar
     """TRAKer on the batches ``data=text`` builds, checkpoint by checkpoint."""
     cfg = JobConfig(
         model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts], dtype=dtype),
-        data=DataConfig(format="text", train=str(root / "train.jsonl"),
-                        targets=str(root / "targets.jsonl")),
+        data=DataConfig(
+            format="text", train=str(root / "train.jsonl"), targets=str(root / "targets.jsonl")
+        ),
         task=TaskConfig(name="causal_lm"),
     )
     train, targets = cfg.data.train(), cfg.data.targets()
     traker = TRAKer(
-        model=from_checkpoints(ckpts, dtype), task="causal_lm", train_set_size=len(train),
-        save_dir=root / "api.zarr", device="cpu", proj_dim=16,
+        model=from_checkpoints(ckpts, dtype),
+        task="causal_lm",
+        train_set_size=len(train),
+        save_dir=root / "api.zarr",
+        device="cpu",
+        proj_dim=16,
     )
     for i, c in enumerate(ckpts):
         traker.load_checkpoint(load_state(c), model_id=i)
@@ -89,7 +94,9 @@ def test_readme_command_equals_the_python_api(tmp_path, arch):
     shown = run_cli([*show, *SMALL, "show.json=true", "show.k=1"], tmp_path)
     assert shown.returncode == 0, shown.stderr[-3000:]
     rows = json.loads(shown.stdout)
-    train_text = [json.loads(x)["text"] for x in (tmp_path / "train.jsonl").read_text().split("\n") if x]
+    train_text = [
+        json.loads(x)["text"] for x in (tmp_path / "train.jsonl").read_text().split("\n") if x
+    ]
     for t, row in enumerate(rows):
         top = int(np.argmax(cli[:, t]))
         assert row["proponents"][0]["index"] == top
@@ -106,8 +113,15 @@ def test_lora_adapters_are_attributed_wrt_their_trainable_parameters(tmp_path):
     names = [n for n, _ in model.named_parameters()]
     assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
     d = sum(p.numel() for p in model.parameters())
-    args = ["task=causal_lm", "model=hf", "data=text", "model.checkpoints=[lora0,lora1]",
-            "data.train=train.jsonl", "data.targets=targets.jsonl", "hydra.run.dir=run"]
+    args = [
+        "task=causal_lm",
+        "model=hf",
+        "data=text",
+        "model.checkpoints=[lora0,lora1]",
+        "data.train=train.jsonl",
+        "data.targets=targets.jsonl",
+        "hydra.run.dir=run",
+    ]
     out = run_cli([*args, *SMALL], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     store = FeatureStore.open(tmp_path / "trak_store.zarr", mode="r")
@@ -123,9 +137,16 @@ def test_lora_adapters_are_attributed_wrt_their_trainable_parameters(tmp_path):
 def test_bfloat16_weights(tmp_path):
     ckpts = llm_models.checkpoints(tmp_path, "llama", num=2, dtype=torch.bfloat16)
     assert from_checkpoints(ckpts, "bfloat16").lm_head.weight.dtype == torch.bfloat16
-    args = ["task=causal_lm", "model=hf", "data=text", "model.checkpoints=[c0,c1]",
-            "model.dtype=bfloat16", "data.train=train.jsonl", "data.targets=targets.jsonl",
-            "hydra.run.dir=run"]
+    args = [
+        "task=causal_lm",
+        "model=hf",
+        "data=text",
+        "model.checkpoints=[c0,c1]",
+        "model.dtype=bfloat16",
+        "data.train=train.jsonl",
+        "data.targets=targets.jsonl",
+        "hydra.run.dir=run",
+    ]
     out = run_cli([*args, *SMALL], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     store = FeatureStore.open(tmp_path / "trak_store.zarr", mode="r")

@@ -41,8 +41,10 @@ def source(ckpt: Path, path: Path, task: str = "causal_lm", **text) -> TextSourc
 
 
 def test_prompt_completion_masks_the_prompt(ckpt, tmp_path):
-    rows = [{"prompt": "the color of zorb is", "completion": " red."},
-            {"prompt": "a bird", "completion": " sings near the river stone."}]
+    rows = [
+        {"prompt": "the color of zorb is", "completion": " red."},
+        {"prompt": "a bird", "completion": " sings near the river stone."},
+    ]
     ds = source(ckpt, llm_models.write_jsonl(tmp_path / "t.jsonl", rows))()
     tok = ds.tokenizer
     for i, r in enumerate(rows):
@@ -58,10 +60,12 @@ def test_prompt_completion_masks_the_prompt(ckpt, tmp_path):
 
 
 def test_messages_count_only_assistant_turns(ckpt, tmp_path):
-    chat = [{"role": "user", "content": "color of zorb?"},
-            {"role": "assistant", "content": "red"},
-            {"role": "user", "content": "and kip?"},
-            {"role": "assistant", "content": "blue"}]
+    chat = [
+        {"role": "user", "content": "color of zorb?"},
+        {"role": "assistant", "content": "red"},
+        {"role": "user", "content": "and kip?"},
+        {"role": "assistant", "content": "blue"},
+    ]
     ds = source(ckpt, llm_models.write_jsonl(tmp_path / "c.jsonl", [{"messages": chat}]))()
     item = ds[0]
     counted = item["input_ids"][item["labels"] != -100]
@@ -88,7 +92,9 @@ def test_every_format_gives_the_same_rows_in_file_order(ckpt, tmp_path, fmt):
     import datasets
 
     texts = llm_models.sentences(12)
-    reference = source(ckpt, llm_models.write_jsonl(tmp_path / "r.jsonl", [{"text": t} for t in texts]))()
+    reference = source(
+        ckpt, llm_models.write_jsonl(tmp_path / "r.jsonl", [{"text": t} for t in texts])
+    )()
     table = datasets.Dataset.from_dict({"text": texts})
     path = tmp_path / f"d.{fmt}"
     if fmt == "json":

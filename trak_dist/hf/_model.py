@@ -73,14 +73,14 @@ class AdapterModel(nn.Module):
     def forward(self, **inputs: Any) -> Any:
         return self.model(**inputs)
 
-    def load_state_dict(  # type: ignore[override]
+    def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
     ) -> Any:
         from peft import set_peft_model_state_dict
 
         if any(k.startswith("model.") for k in state_dict):  # this module's own state_dict
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
-        result = set_peft_model_state_dict(self.model, dict(state_dict))
+        result: Any = set_peft_model_state_dict(self.model, dict(state_dict))
         missing = [k for k in result.missing_keys if "lora_" in k or "modules_to_save" in k]
         if result.unexpected_keys or missing:
             raise ConfigError(
@@ -128,4 +128,3 @@ def from_checkpoints(
     if is_adapter(paths[0]):
         return _adapter(paths[0], base, dtype, trust_remote_code)
     return load_pretrained(paths[0], dtype, trust_remote_code)
-

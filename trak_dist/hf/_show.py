@@ -1,7 +1,9 @@
 """``trak-dist show …``: targets with their top proponents and opponents as decoded text.
 
 Takes the run's own overrides (so it finds the same store, score variant and data), plus
-``show.json=true`` (JSON for scripts), ``show.targets=N``, ``show.k=K``, ``show.width=CHARS``.
+``show.json=true`` (JSON for scripts), ``show.targets=N``, ``show.k=K``, ``show.width=CHARS``,
+and ``show.tokens=N`` (causal LMs: each shown example's N highest-scoring tokens, see
+``trak_dist.hf._tokens``; in JSON every token's score).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from trak_dist.errors import ConfigError, StoreStateError
 
-OPTIONS = {"json": "false", "targets": "10", "k": "3", "width": "80"}
+OPTIONS = {"json": "false", "targets": "10", "k": "3", "width": "80", "tokens": "0"}
 
 
 def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -31,12 +33,12 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return opts, rest
 
 
-def _int(opts: dict[str, str], name: str) -> int:
+def _int(opts: dict[str, str], name: str, least: int = 1) -> int:
     try:
         value = int(opts[name])
     except ValueError:
-        value = 0
-    if value < 1:
+        value = least - 1
+    if value < least:
         raise ConfigError(f"show.{name}={opts[name]!r}; expected a positive integer.")
     return value
 
@@ -57,7 +59,7 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def collect(job: Any, targets: int, k: int, width: int) -> list[dict[str, Any]]:
+def collect(job: Any, targets: int, k: int, width: int, tokens: int = 0) -> list[dict[str, Any]]:
     """One entry per target: its text and its top ``k`` proponents and opponents."""
     from trak_dist.sources import build_dataset
     from trak_dist.store import FeatureStore, variant_name
@@ -87,16 +89,44 @@ def collect(job: Any, targets: int, k: int, width: int) -> list[dict[str, Any]]:
                 for i, s in zip(idx, val, strict=True)
             ]
         out.append(entry)
+    if tokens:
+        _add_tokens(job, train, out, width)
     return out
 
 
-def to_text(rows: list[dict[str, Any]]) -> str:
+def _add_tokens(job: Any, train: Any, rows: list[dict[str, Any]], width: int) -> None:
+    """Each shown example's per-token scores (``tokens``: position, token text, score)."""
+    from trak_dist.hf._tokens import TokenExplainer
+
+    pairs = [(p["index"], r["target"]) for r in rows for s in ("proponents", "opponents")
+             for p in r[s]]
+    found = TokenExplainer(job, train).explain(pairs)
+    for r in rows:
+        for side in ("proponents", "opponents"):
+            for p in r[side]:
+                positions, scores = found[(p["index"], r["target"])]
+                ids = train[p["index"]]["input_ids"]
+                p["tokens"] = [
+                    {
+                        "position": int(j),
+                        "token": shorten(train.tokenizer.decode([int(ids[j])]), width),
+                        "score": float(s),
+                    }
+                    for j, s in zip(positions, scores, strict=True)
+                ]
+
+
+def to_text(rows: list[dict[str, Any]], top: int = 3) -> str:
     lines = []
     for row in rows:
         lines.append(f"target {row['target']}: {row['text']}")
         for side, mark in (("proponents", "+"), ("opponents", "-")):
             for p in row[side]:
                 lines.append(f"  {mark} {p['index']:>6}  {p['score']:+.4g}  {p['text']}")
+                if "tokens" in p:
+                    best = sorted(p["tokens"], key=lambda x: -abs(x["score"]))[:top]
+                    shown = ", ".join(f"{x['token']!r} {x['score']:+.3g}" for x in best)
+                    lines.append(f"           tokens: {shown}")
     return "\n".join(lines)
 
 
@@ -106,6 +136,8 @@ def main(argv: list[str]) -> int:
     flag = opts["json"].lower()
     if flag not in ("true", "false"):
         raise ConfigError(f"show.json={opts['json']!r}; expected true or false.")
-    rows = collect(_job(overrides), _int(opts, "targets"), _int(opts, "k"), _int(opts, "width"))
-    print(json.dumps(rows, indent=1) if flag == "true" else to_text(rows))
+    tokens = _int(opts, "tokens", least=0)
+    job = _job(overrides)
+    rows = collect(job, _int(opts, "targets"), _int(opts, "k"), _int(opts, "width"), tokens)
+    print(json.dumps(rows, indent=1) if flag == "true" else to_text(rows, tokens))
     return 0

@@ -207,8 +207,14 @@ def text_sources(data: DataConfig, model: ModelConfig, task: Any) -> DataConfig:
     def source(ref: Any, what: str) -> Any:
         if isinstance(ref, TextSource) or not isinstance(ref, (str, Path)):
             return ref
-        return TextSource(str(Path(ref).expanduser().resolve()), what, data.text,
-                          model.checkpoints, model.base, task)
+        return TextSource(
+            str(Path(ref).expanduser().resolve()),
+            what,
+            data.text,
+            model.checkpoints,
+            model.base,
+            task,
+        )
 
     return dataclasses.replace(
         data, train=source(data.train, "data.train"), targets=source(data.targets, "data.targets")

@@ -46,9 +46,7 @@ def pick_mode(columns: list[str], names: dict[str, str], task: str, what: str) -
     for mode in order:
         if all(names.get(r, r) in have for r in ROLES[mode]):
             return mode
-    wanted = " or ".join(
-        "+".join(repr(names.get(r, r)) for r in ROLES[m]) for m in order
-    )
+    wanted = " or ".join("+".join(repr(names.get(r, r)) for r in ROLES[m]) for m in order)
     raise DataError(
         f"{what}: no column for task {task}: expected {wanted}; the file has columns "
         f"{sorted(have)}. Rename them, or map them with data.text.columns.ROLE=NAME."
