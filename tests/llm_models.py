@@ -85,12 +85,18 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def checkpoints(
-    root: Path, arch: str = "llama", num: int = 3, n_train: int = 40, dtype=torch.float32
+    root: Path,
+    arch: str = "llama",
+    num: int = 3,
+    n_train: int = 40,
+    dtype=torch.float32,
+    docs: list[str] | None = None,
+    steps: int = 15,
 ) -> list[Path]:
     """``num`` checkpoint directories (each a few more steps of training) under ``root``, with
     ``train.jsonl`` and ``targets.jsonl`` beside them."""
     tok = tokenizer()
-    docs = sentences(n_train)
+    docs = docs or sentences(n_train)
     write_jsonl(root / "train.jsonl", [{"text": d} for d in docs])
     write_jsonl(root / "targets.jsonl", targets())
     model = make_model(arch, len(tok))
@@ -100,7 +106,7 @@ def checkpoints(
     out = []
     for k in range(num):
         model.train()
-        for _ in range(15):
+        for _ in range(steps):
             opt.zero_grad()
             model(**enc, labels=labels).loss.backward()
             opt.step()

@@ -6,9 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 import llm_models
+import pytest
 from test_llm_cli import SMALL, run_cli
 
 BASE = [
@@ -26,7 +25,7 @@ def made(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("made")
     llama = llm_models.checkpoints(root, "llama", num=1)
     (root / "c0").rename(root / "llama")
-    gpt2 = llm_models.checkpoints(root, "gpt2", num=1)
+    llm_models.checkpoints(root, "gpt2", num=1)
     (root / "c0").rename(root / "gpt2")
     adapter = llm_models.adapters(root, llama[0].parent / "llama", num=1)[0]
     # the adapter's own record must name the renamed base

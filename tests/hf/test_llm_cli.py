@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import llm_models
 import numpy as np
 import pytest
 import torch
 
-import llm_models
 from trak_dist import TRAKer
 from trak_dist.config import DataConfig, JobConfig, ModelConfig, TaskConfig
 from trak_dist.hf import from_checkpoints, load_state
@@ -54,6 +54,17 @@ def api_scores(root: Path, ckpts: list[Path], dtype: str = "float32") -> np.ndar
         task=TaskConfig(name="causal_lm"),
     )
     train, targets = cfg.data.train(), cfg.data.targets()
+    # as a Ray worker with cpus_per_worker=1 computes: one thread (another thread count sums
+    # matmuls in another order, which moves near-zero scores by ~1e-7 of the largest)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _traker_scores(root, ckpts, dtype, train, targets)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _traker_scores(root: Path, ckpts: list[Path], dtype: str, train, targets) -> np.ndarray:
     traker = TRAKer(
         model=from_checkpoints(ckpts, dtype),
         task="causal_lm",

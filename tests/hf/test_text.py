@@ -6,13 +6,13 @@ import json
 import logging
 from pathlib import Path
 
+import llm_models
 import pytest
 import torch
 
-import llm_models
+from trak_dist.config import TextConfig
 from trak_dist.errors import DataError
 from trak_dist.hf import TextSource
-from trak_dist.config import TextConfig
 from trak_dist.store import dataset_row_hashes
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -83,7 +83,7 @@ def test_classification_maps_label_names(ckpt, tmp_path):
     assert ds.tensors["labels"].tolist() == [1]
     assert ds.decode(0) == "a bird singsold stone"
     bad = [{"text": "a bird", "label": "neutral"}]
-    with pytest.raises(DataError, match="label 'neutral'.*label2id names \\['neg', 'pos'\\]"):
+    with pytest.raises(DataError, match=r"label 'neutral'.*label2id names \['neg', 'pos'\]"):
         source(ckpt, llm_models.write_jsonl(tmp_path / "b.jsonl", bad), "text_classification")()
 
 

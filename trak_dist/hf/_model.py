@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from trak_dist.errors import ConfigError
 from trak_dist.failures import gist

@@ -98,8 +98,9 @@ def _add_tokens(job: Any, train: Any, rows: list[dict[str, Any]], width: int) ->
     """Each shown example's per-token scores (``tokens``: position, token text, score)."""
     from trak_dist.hf._tokens import TokenExplainer
 
-    pairs = [(p["index"], r["target"]) for r in rows for s in ("proponents", "opponents")
-             for p in r[s]]
+    pairs = [
+        (p["index"], r["target"]) for r in rows for s in ("proponents", "opponents") for p in r[s]
+    ]
     found = TokenExplainer(job, train).explain(pairs)
     for r in rows:
         for side in ("proponents", "opponents"):

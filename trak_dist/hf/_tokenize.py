@@ -75,12 +75,13 @@ class Tokenise:
         value = row.get(self.names.get(role, role))
         if role == "text_pair" and value is None:
             return None
-        if role in ("text", "prompt", "completion", "text_pair"):
-            if not isinstance(value, str) or not value.strip():
-                raise DataError(
-                    f"{what}: row {i} has an empty or missing {self.names.get(role, role)!r} "
-                    f"(got {value!r}); every row needs text there."
-                )
+        if role in ("text", "prompt", "completion", "text_pair") and (
+            not isinstance(value, str) or not value.strip()
+        ):
+            raise DataError(
+                f"{what}: row {i} has an empty or missing {self.names.get(role, role)!r} "
+                f"(got {value!r}); every row needs text there."
+            )
         return value
 
     def __call__(self, row: dict[str, Any], i: int, what: str) -> Encoded:

@@ -68,9 +68,11 @@ class TokenExplainer:
                 f"no scores {cfg.scoring.exp_name}/{variant} in {cfg.store.path}; run the job "
                 "with these overrides first."
             )
-        self.model_ids = [int(c) for c in sset.group.attrs["model_ids"]]
-        self.p = int(sset.group.attrs["proj_dim"])
-        self.ys = {c: np.asarray(sset.group["Y"][str(c)]) for c in self.model_ids}
+        group: Any = sset.group  # zarr's attribute and node types are unions of JSON values
+        self.model_ids = [int(c) for c in group.attrs["model_ids"]]
+        self.p = int(group.attrs["proj_dim"])
+        # y_tc = x_tc K_c⁻¹ [m, p] per checkpoint, as scoring stored it
+        self.ys = {c: np.asarray(group["Y"][str(c)]) for c in self.model_ids}
         self.rows = {c: store.train_rows(c) for c in self.model_ids}
         self.checkpoints = checkpoint_paths(cfg.model.checkpoints)
         model = build_model(cfg.model.factory, cfg.model.kwargs)
