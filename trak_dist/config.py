@@ -20,6 +20,7 @@ CLUSTER_KINDS = ("local", "ray", "slurm")
 HF_DTYPES = ("float32", "bfloat16", "float16")
 HF_FACTORY = "trak_dist.hf:from_checkpoints"
 DATA_FORMATS = ("custom", "text")
+TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 TEXT_ROLES = ("text", "text_pair", "prompt", "completion", "messages", "label")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -70,10 +71,13 @@ class ModelConfig:
             # the factory builds the first checkpoint's architecture on every worker, so it
             # needs the checkpoints and options; refreshed on every construction (a
             # dataclasses.replace of checkpoints must not keep the old ones)
+            from trak_dist.hf import absolute  # only model=hf needs transformers
+
+            # absolute here, on the driver: workers may run in another directory
             hf_kwargs = {
-                "checkpoints": self.checkpoints,
+                "checkpoints": absolute(self.checkpoints),
                 "dtype": self.dtype,
-                "base": self.base,
+                "base": None if self.base is None else absolute(self.base)[0],
                 "trust_remote_code": self.trust_remote_code,
             }
             object.__setattr__(self, "factory", HF_FACTORY)
@@ -118,6 +122,10 @@ class DataConfig:
         train_fingerprint: identifies the train set in the store; when None it is computed
             from every item, read once per run (see ``dataset_fingerprint``). Given, it is
             trusted, and rows are still checked against their stored hashes when reused.
+        format: ``custom`` (the above) or ``text``: train and targets are text files or
+            ``save_to_disk`` directories tokenised per ``text`` (``trak_dist.hf``); two paths
+            ending in .jsonl, .json, .csv or .parquet select ``text`` by themselves.
+        text: how ``format=text`` reads and tokenises.
     """
 
     train: Any = "trak_dist.examples.digits:train_set"
@@ -129,6 +137,12 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _one_of(self, "format", DATA_FORMATS)
+        if self.format == "custom" and all(
+            isinstance(ref, str) and ref.lower().endswith(TEXT_SUFFIXES)
+            for ref in (self.train, self.targets)
+        ):
+            # data files, not import paths (e.g. trak_dist.run(train="train.jsonl", …))
+            object.__setattr__(self, "format", "text")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import trak_dist
 from trak_dist import TRAKer
 from trak_dist.config import DataConfig, JobConfig, ModelConfig, TaskConfig
 from trak_dist.hf import from_checkpoints, load_state
@@ -166,3 +167,25 @@ def test_bfloat16_weights(tmp_path):
     assert np.isfinite(cli).all() and np.abs(cli).max() > 0
     expected = api_scores(tmp_path, ckpts, "bfloat16")
     np.testing.assert_allclose(cli, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_python_run_takes_the_same_directories_and_files(ray_session, tmp_path, monkeypatch):
+    ckpts = llm_models.checkpoints(tmp_path, "gpt2", num=2)
+    monkeypatch.chdir(tmp_path)
+    result = trak_dist.run(
+        model="hf",
+        checkpoints=[c.name for c in ckpts],
+        train="train.jsonl",
+        targets="targets.jsonl",
+        task="causal_lm",
+        store="run.zarr",
+        proj_dim=16,
+        num_workers=1,
+        progress=False,
+        report=None,
+    )
+    expected = api_scores(tmp_path, ckpts)
+    scores = result.scores()
+    np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())

@@ -5,7 +5,7 @@
   tokenised with the checkpoint's tokenizer.
 """
 
-from trak_dist.hf._checkpoints import check_dirs, expand, is_hf_dir, load_state
+from trak_dist.hf._checkpoints import absolute, check_dirs, expand, is_hf_dir, load_state
 from trak_dist.hf._model import AdapterModel, from_checkpoints, load_pretrained
 from trak_dist.hf._text import TextDataset, TextSource, text_sources
 
@@ -13,6 +13,7 @@ __all__ = [
     "AdapterModel",
     "TextDataset",
     "TextSource",
+    "absolute",
     "check_dirs",
     "expand",
     "from_checkpoints",

@@ -61,6 +61,11 @@ def expand(ref: Any) -> list[Path]:
     return [p.resolve() for p in out]
 
 
+def absolute(ref: Any) -> list[str]:
+    """``expand`` as strings (a config value that pickles and prints plainly)."""
+    return [str(p) for p in expand(ref)]
+
+
 def base_dir(adapter: Path, base: str | None) -> Path:
     """The base model directory of an adapter: ``model.base`` or the adapter's own record."""
     named = base or read_json(adapter / ADAPTER_FILE).get("base_model_name_or_path")

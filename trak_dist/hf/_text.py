@@ -204,15 +204,27 @@ def text_sources(data: DataConfig, model: ModelConfig, task: Any) -> DataConfig:
             f"task.name={task!r}."
         )
 
+    from trak_dist.config import HF_FACTORY
+
+    if model.factory != HF_FACTORY:
+        raise ConfigError(
+            "data=text tokenises with a Hugging Face checkpoint's tokenizer and reads its "
+            f"config (vocabulary, label names); it needs model=hf, got model.factory="
+            f"{model.factory!r}."
+        )
+    text = data.text
+    if text.tokenizer is not None:  # absolute on the driver: workers may run elsewhere
+        text = dataclasses.replace(text, tokenizer=str(Path(text.tokenizer).expanduser().resolve()))
+
     def source(ref: Any, what: str) -> Any:
         if isinstance(ref, TextSource) or not isinstance(ref, (str, Path)):
             return ref
         return TextSource(
             str(Path(ref).expanduser().resolve()),
             what,
-            data.text,
-            model.checkpoints,
-            model.base,
+            text,
+            model.kwargs["checkpoints"],
+            model.kwargs["base"],
             task,
         )
 
