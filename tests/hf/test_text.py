@@ -125,3 +125,19 @@ def test_truncation_is_counted_and_the_fingerprint_covers_tokens(ckpt, tmp_path,
     # a different tokenisation of the same file is a different dataset
     full = source(ckpt, path)()
     assert (dataset_row_hashes(full) != dataset_row_hashes(ds)).any()
+
+
+def test_columns_are_renamed_by_role(ckpt, tmp_path):
+    rows = [{"question": "the color of zorb is", "answer": " red."}]
+    path = llm_models.write_jsonl(tmp_path / "q.jsonl", rows)
+    renamed = source(ckpt, path, columns={"prompt": "question", "completion": "answer"})()
+    plain = source(
+        ckpt,
+        llm_models.write_jsonl(
+            tmp_path / "p.jsonl", [{"prompt": rows[0]["question"], "completion": rows[0]["answer"]}]
+        ),
+    )()
+    for k in plain.tensors:
+        assert torch.equal(renamed.tensors[k], plain.tensors[k])
+    with pytest.raises(DataError, match=r"expected 'messages' or 'prompt'\+'completion' or 'text'"):
+        source(ckpt, path)()
