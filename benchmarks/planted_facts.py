@@ -4,10 +4,11 @@ that asks it? A small Llama-architecture model, attributed from the command-line
 
     python -m benchmarks.planted_facts [--facts 40] [--filler 160] [--epochs 60]
 
-Each fact "the password of NAME is WORD." (NAME and WORD made-up, used once) is stated once, in
-the middle of a filler document; the other documents are filler. Targets are prompt/completion
-rows ("the password of NAME is" / " WORD."). A tokenizer is trained locally (byte-level BPE),
-the model is trained on every document, and three checkpoints (after each third of training)
+Each fact "the password of NAME is WORD." (NAME and WORD made-up, used once) is stated once, at
+the start of a document that goes on with filler; the other documents are filler. Targets are
+prompt/completion rows ("the password of NAME is" / " WORD."). A tokenizer is trained locally
+(byte-level BPE), the model is trained on every document, and three checkpoints (after each
+third of training)
 are attributed with dense (Rademacher) and Kronecker projections. Reported: top-1 accuracy (the
 stating document is the top proponent), MRR and recall@10 of the stating document, with a TF-IDF
 ranking (cosine of the target's text to each document) as context.
@@ -67,7 +68,8 @@ def corpus(facts: int, filler: int, seed: int = 0) -> tuple[list[str], list[dict
     targets = []
     for i in where:
         name, secret = word(), word()
-        docs[i] = f"{fill()} the password of {name} is {secret}. {fill()}"
+        # the fact opens its document, so the target asks it at the positions it was learnt at
+        docs[i] = f"the password of {name} is {secret}. {fill()}"
         targets.append({"prompt": f"the password of {name} is", "completion": f" {secret}."})
     return docs, targets, where
 
