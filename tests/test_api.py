@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import trak_dist.api
-import trak_dist.lds
+import trak_dist.evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,8 +30,11 @@ def test_docstring_example_runs(ray_session, tmp_path, monkeypatch):
     assert scores.shape == (1500, 297) and np.isfinite(scores).all()
     np.testing.assert_array_equal(best[:, 0], scores.argmax(0))
     assert (tmp_path / "my_store.zarr").is_dir()
-    # then trak_dist.lds's example on that store
-    exec(compile(_docstring_example(trak_dist.lds), "trak_dist.lds docstring", "exec"), scope)
+    # then trak_dist.evaluation's example on that store
+    exec(
+        compile(_docstring_example(trak_dist.evaluation), "trak_dist.evaluation docstring", "exec"),
+        scope,
+    )
     assert scope["ev"].run.trained == 20 and 0.1 < scope["lds"] < 1
 
 

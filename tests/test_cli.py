@@ -30,7 +30,8 @@ def test_help_lists_the_config_groups(tmp_path):
         "cluster: local, ray, slurm",
         "projection: identity, kronecker, normal, rademacher",
         "task: causal_lm, image_classification, text_classification",
-        "data: custom, digits",
+        "data: custom, digits, text",
+        "model: custom, digits_mlp, hf",
     ):
         assert line in out.stdout
 

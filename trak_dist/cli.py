@@ -10,6 +10,7 @@ trak-dist --help                            # groups and options
 trak-dist --version                         # trak_dist's and the store format's versions
 trak-dist build-cuda                        # compile the CUDA kernel for this installation
 trak-dist store verify|repair PATH          # check a store's chunks; recompute what is damaged
+trak-dist show OVERRIDES [show.json=true]   # targets with their top proponents, as text
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ SUBCOMMANDS: dict[str, str] = {
     "build-cuda": "trak_dist._build_cuda:main",
     "eval": "trak_dist._eval_cli:main",
     "serve": "trak_dist.serve._cli:main",
+    "show": "trak_dist.hf._show:main",
     "store": "trak_dist.store._cli:main",
 }
 

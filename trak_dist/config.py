@@ -17,6 +17,11 @@ from trak_dist.scoring import KINV_SCALINGS, parse_lambda
 from trak_dist.store import CODECS
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
+HF_DTYPES = ("float32", "bfloat16", "float16")
+HF_FACTORY = "trak_dist.hf:from_checkpoints"
+DATA_FORMATS = ("custom", "text")
+TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+TEXT_ROLES = ("text", "text_pair", "prompt", "completion", "messages", "label")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -44,12 +49,67 @@ class ModelConfig:
             ``kwargs`` on every worker.
         kwargs: keyword arguments of ``factory``.
         checkpoints: a list of state-dict files (``torch.save``), or a callable / import path
-            returning such a list. Checkpoint k gets model_id k.
+            returning such a list. Checkpoint k gets model_id k. With ``factory="hf"``: Hugging
+            Face model (or PEFT adapter) directories, or a glob of them (``trak_dist.hf``).
+        dtype: ``factory="hf"`` only: ``float32``, ``bfloat16`` or ``float16`` weights.
+        base: ``factory="hf"`` only: the base model directory of PEFT adapters (None: the one
+            named in ``adapter_config.json``).
+        trust_remote_code: ``factory="hf"`` only: let ``transformers`` run the checkpoint's
+            own Python code (off: only model classes that ship with ``transformers``).
     """
 
     factory: Any = "trak_dist.examples.digits:make_model"
     kwargs: dict[str, Any] = field(default_factory=dict)
     checkpoints: Any = "trak_dist.examples.digits:checkpoints"
+    dtype: str = "float32"
+    base: str | None = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        _one_of(self, "dtype", HF_DTYPES)
+        if self.factory in ("hf", HF_FACTORY):
+            # the factory builds the first checkpoint's architecture on every worker, so it
+            # needs the checkpoints and options; refreshed on every construction (a
+            # dataclasses.replace of checkpoints must not keep the old ones)
+            from trak_dist.hf import absolute  # only model=hf needs transformers
+
+            # absolute here, on the driver: workers may run in another directory
+            hf_kwargs = {
+                "checkpoints": absolute(self.checkpoints),
+                "dtype": self.dtype,
+                "base": None if self.base is None else absolute(self.base)[0],
+                "trust_remote_code": self.trust_remote_code,
+            }
+            object.__setattr__(self, "factory", HF_FACTORY)
+            object.__setattr__(self, "kwargs", {**self.kwargs, **hf_kwargs})
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """``data.format=text`` (``data=text``): train and targets are JSONL/JSON, CSV or Parquet
+    files, or ``datasets.save_to_disk`` directories, tokenised by ``trak_dist.hf``.
+
+    Attributes:
+        tokenizer: a tokenizer directory (None: the first checkpoint's, or its base's).
+        max_length: tokens per row (None: the model's ``max_position_embeddings`` if known).
+        truncate: cut rows longer than ``max_length`` (counted and logged); False: a row that
+            is too long is an error naming it.
+        columns: column names by role (``text``, ``text_pair``, ``prompt``, ``completion``,
+            ``messages``, ``label``) where they differ from the role's name.
+    """
+
+    tokenizer: str | None = None
+    max_length: int | None = None
+    truncate: bool = False
+    columns: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_length")
+        unknown = sorted(set(self.columns) - set(TEXT_ROLES))
+        if unknown:
+            raise ConfigError(
+                f"TextConfig.columns names roles {unknown}; expected roles among {TEXT_ROLES}."
+            )
 
 
 @dataclass(frozen=True)
@@ -62,12 +122,27 @@ class DataConfig:
         train_fingerprint: identifies the train set in the store; when None it is computed
             from every item, read once per run (see ``dataset_fingerprint``). Given, it is
             trusted, and rows are still checked against their stored hashes when reused.
+        format: ``custom`` (the above) or ``text``: train and targets are text files or
+            ``save_to_disk`` directories tokenised per ``text`` (``trak_dist.hf``); two paths
+            ending in .jsonl, .json, .csv or .parquet select ``text`` by themselves.
+        text: how ``format=text`` reads and tokenises.
     """
 
     train: Any = "trak_dist.examples.digits:train_set"
     targets: Any = "trak_dist.examples.digits:target_set"
     kwargs: dict[str, Any] = field(default_factory=dict)
     train_fingerprint: str | None = None
+    format: str = "custom"
+    text: TextConfig = field(default_factory=TextConfig)
+
+    def __post_init__(self) -> None:
+        _one_of(self, "format", DATA_FORMATS)
+        if self.format == "custom" and all(
+            isinstance(ref, str) and ref.lower().endswith(TEXT_SUFFIXES)
+            for ref in (self.train, self.targets)
+        ):
+            # data files, not import paths (e.g. trak_dist.run(train="train.jsonl", …))
+            object.__setattr__(self, "format", "text")
 
 
 @dataclass(frozen=True)
@@ -357,6 +432,11 @@ class JobConfig:
                 f"{self.store.chunk_rows}; shards must cover whole chunks (concurrent writers "
                 "must never share a chunk)."
             )
+
+        if self.data.format == "text":
+            from trak_dist.hf import text_sources  # only text jobs need transformers
+
+            object.__setattr__(self, "data", text_sources(self.data, self.model, self.task.name))
 
     @property
     def featurize_dim(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import importlib
 import pickle
 import zipfile
@@ -52,13 +53,21 @@ def build_model(factory: Any, kwargs: dict[str, Any]) -> nn.Module:
 
 
 def checkpoint_paths(ref: Any) -> list[Path]:
-    """The checkpoint files: a list of paths, or a callable / import path that returns one."""
+    """The checkpoints: a list of paths, or a callable / import path that returns one. A path
+    is a state-dict file, or a Hugging Face model / PEFT adapter directory (globs expand; every
+    directory must be the first one's architecture, see ``trak_dist.hf``)."""
     if callable(ref) or (isinstance(ref, str) and ":" in ref and not Path(ref).exists()):
         paths = call(ref, "model.checkpoints")
     else:
         paths = ref
     if isinstance(paths, (str, Path)):
         paths = [paths]
+    if any(Path(p).is_dir() or glob.has_magic(str(p)) for p in paths):
+        from trak_dist.hf import check_dirs, expand
+
+        dirs = expand(paths)
+        check_dirs(dirs)
+        return dirs
     # absolute: workers may run in another working directory (or on another node)
     out = [Path(p).resolve() for p in paths]
     if not out:
@@ -72,9 +81,15 @@ def checkpoint_paths(ref: Any) -> list[Path]:
 def load_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, Tensor]:
     """Weights only (``weights_only=True``: no code from the file runs).
 
+    A Hugging Face checkpoint directory gives its weights (``trak_dist.hf.load_state``).
+
     Raises:
         ConfigError: the file is truncated, corrupt, or holds more than tensors.
     """
+    if Path(path).is_dir():
+        from trak_dist.hf import load_state
+
+        return {k: v.to(device) for k, v in load_state(Path(path)).items()}
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except (FileNotFoundError, PermissionError, IsADirectoryError):

@@ -112,11 +112,17 @@ def dataset_fingerprint(dataset: Any) -> str:
 
 
 def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:
-    """Hash of a file's bytes (a checkpoint file, to catch a reused model_id)."""
+    """Hash of a file's bytes (a checkpoint file, to catch a reused model_id); for a directory
+    (a Hugging Face checkpoint), of every file's relative name and bytes."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for file in files:
+        if root.is_dir():
+            h.update(file.relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as f:
+            while chunk := f.read(block):
+                h.update(chunk)
     return h.hexdigest()
 
 

@@ -1,0 +1,85 @@
+"""Per-token explanations: the token scores of a train example add up to its score."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_llm_cli import run_cli
+
+from tests.fixtures import llm_models
+from trak_dist.config import (
+    DataConfig,
+    FeaturizeConfig,
+    JobConfig,
+    ModelConfig,
+    StoreConfig,
+    TaskConfig,
+)
+from trak_dist.hf._tokens import TokenExplainer, token_batch
+from trak_dist.store import FeatureStore
+
+
+def test_token_batch_counts_one_token_per_copy():
+    import torch
+
+    item = {
+        "input_ids": torch.tensor([5, 6, 7, 8, 0]),
+        "attention_mask": torch.tensor([1, 1, 1, 1, 0]),
+        "labels": torch.tensor([-100, -100, 7, 8, -100]),
+    }
+    batch, positions = token_batch(item)
+    assert positions.tolist() == [2, 3]
+    assert batch["labels"].tolist() == [[-100, -100, 7, -100, -100], [-100, -100, -100, 8, -100]]
+    assert (batch["input_ids"] == item["input_ids"]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_token_scores_sum_to_the_example_scores(tmp_path):
+    ckpts = llm_models.checkpoints(tmp_path, "llama")
+    args = [
+        "task=causal_lm",
+        "model=hf",
+        "data=text",
+        "model.checkpoints=[c0,c1,c2]",
+        "data.train=train.jsonl",
+        "data.targets=targets.jsonl",
+        "proj_dim=64",
+        "featurize.half_precision=false",
+        "progress=false",
+        "cluster.num_workers=1",
+        "hydra.run.dir=run",
+    ]
+    out = run_cli(args, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    cfg = JobConfig(
+        proj_dim=64,
+        model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts]),
+        data=DataConfig(
+            format="text",
+            train=str(tmp_path / "train.jsonl"),
+            targets=str(tmp_path / "targets.jsonl"),
+        ),
+        task=TaskConfig(name="causal_lm"),
+        featurize=FeaturizeConfig(half_precision=False),
+        store=StoreConfig(path=str(tmp_path / "trak_store.zarr")),
+    )
+    train = cfg.data.train()
+    scores = FeatureStore.open(cfg.store.path, mode="r").score_set("targets", "p64_lambdaauto")
+    assert scores is not None
+    s = scores.scores()
+    top = scores.read_topk()
+    m = s.shape[1]
+    pairs = {
+        (int(top[f"{side}_idx"][t, k]), t)
+        for side in ("proponents", "opponents")
+        for t in range(m)
+        for k in range(2)
+    } | {(0, 0), (39, m - 1)}
+    found = TokenExplainer(cfg, train).explain(sorted(pairs))
+    for (i, t), (positions, tokens) in found.items():
+        # one score per counted token (every real token after the first, for a text column)
+        assert len(positions) == int(train[i]["attention_mask"].sum()) - 1
+        np.testing.assert_allclose(
+            tokens.sum().item(), s[i, t], rtol=1e-4, atol=1e-6 * np.abs(s).max()
+        )

@@ -1,0 +1,24 @@
+"""Hugging Face checkpoints and text data from the command line (``model=hf``, ``data=text``).
+
+- ``from_checkpoints``: the ``model=hf`` factory (model or PEFT adapter directories).
+- ``text_sources`` / ``TextSource``: JSONL/JSON, CSV, Parquet or ``save_to_disk`` tables,
+  tokenised with the checkpoint's tokenizer.
+"""
+
+from trak_dist.hf._checkpoints import absolute, check_dirs, expand, is_hf_dir, load_state
+from trak_dist.hf._model import AdapterModel, from_checkpoints, load_pretrained
+from trak_dist.hf._text import TextDataset, TextSource, text_sources
+
+__all__ = [
+    "AdapterModel",
+    "TextDataset",
+    "TextSource",
+    "absolute",
+    "check_dirs",
+    "expand",
+    "from_checkpoints",
+    "is_hf_dir",
+    "load_pretrained",
+    "load_state",
+    "text_sources",
+]
