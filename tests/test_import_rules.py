@@ -43,6 +43,8 @@ MATH_AND_STORE = (
     "trak_dist.batches",
     "trak_dist.sources",
     "trak_dist.config",
+    "trak_dist._config_services",
+    "trak_dist._validate",
     "trak_dist.errors",
 )
 ORCHESTRATION = (

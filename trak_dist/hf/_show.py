@@ -44,14 +44,9 @@ def _int(opts: dict[str, str], name: str, least: int = 1) -> int:
 
 
 def _job(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from trak_dist._compose import compose_job
 
-    from trak_dist.cli import conf_dir
-
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-        cfg = compose(config_name="config", overrides=overrides)
-    return OmegaConf.to_object(cfg)
+    return compose_job(overrides)
 
 
 def shorten(text: str, width: int) -> str:

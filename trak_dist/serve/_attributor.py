@@ -22,6 +22,7 @@ from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import make_computer
+from trak_dist.pipeline.worker import pick_device
 from trak_dist.serve._index import AttributionIndex, TopK
 from trak_dist.serve._request import Item, RequestParser
 from trak_dist.sources import (
@@ -35,12 +36,6 @@ from trak_dist.store import FeatureStore, file_fingerprint
 from trak_dist.tasks import resolve_task
 
 logger = logging.getLogger(__name__)
-
-
-def pick_device(requested: str) -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
 
 
 class Attributor:
