@@ -211,7 +211,7 @@ SUBCOMMANDS: dict[str, str] = {
     "build-cuda": "trak_dist._build_cuda:main",
     "eval": "trak_dist._eval_cli:main",
     "serve": "trak_dist.serve._cli:main",
-    "show": "trak_dist.hf._show:main",
+    "show": "trak_dist.explain._show:main",
     "store": "trak_dist.store._cli:main",
 }
 

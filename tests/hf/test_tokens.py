@@ -15,7 +15,7 @@ from trak_dist.config import (
     StoreConfig,
     TaskConfig,
 )
-from trak_dist.hf._tokens import TokenExplainer, token_batch
+from trak_dist.explain._tokens import TokenExplainer, token_batch
 from trak_dist.store import FeatureStore
 
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from trak_dist.config import DataConfig, ModelConfig, TextConfig
 
 logger = logging.getLogger(__name__)
+# model=hf's factory, as trak_dist.config names it (derived here: config imports this package
+# lazily, so importing config back would make a cycle)
+HF_FACTORY = f"{__name__.rpartition('.')[0]}:from_checkpoints"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -203,8 +206,6 @@ def text_sources(data: DataConfig, model: ModelConfig, task: Any) -> DataConfig:
             "data=text tokenises for a named task (causal_lm or text_classification); got "
             f"task.name={task!r}."
         )
-
-    from trak_dist.config import HF_FACTORY
 
     if model.factory != HF_FACTORY:
         raise ConfigError(

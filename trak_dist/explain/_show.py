@@ -3,7 +3,7 @@
 Takes the run's own overrides (so it finds the same store, score variant and data), plus
 ``show.json=true`` (JSON for scripts), ``show.targets=N``, ``show.k=K``, ``show.width=CHARS``,
 and ``show.tokens=N`` (causal LMs: each shown example's N highest-scoring tokens, see
-``trak_dist.hf._tokens``; in JSON every token's score).
+``trak_dist.explain._tokens``; in JSON every token's score).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def collect(job: Any, targets: int, k: int, width: int, tokens: int = 0) -> list
 
 def _add_tokens(job: Any, train: Any, rows: list[dict[str, Any]], width: int) -> None:
     """Each shown example's per-token scores (``tokens``: position, token text, score)."""
-    from trak_dist.hf._tokens import TokenExplainer
+    from trak_dist.explain._tokens import TokenExplainer
 
     pairs = [
         (p["index"], r["target"]) for r in rows for s in ("proponents", "opponents") for p in r[s]
