@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trak_dist.errors import ConfigError, StoreStateError
+from trak_dist.errors import ConfigError
 
 OPTIONS = {"json": "false", "targets": "10", "k": "3", "width": "80", "tokens": "0"}
 
@@ -56,18 +56,10 @@ def shorten(text: str, width: int) -> str:
 
 def collect(job: Any, targets: int, k: int, width: int, tokens: int = 0) -> list[dict[str, Any]]:
     """One entry per target: its text and its top ``k`` proponents and opponents."""
+    from trak_dist.explain._tokens import job_score_set
     from trak_dist.sources import build_dataset
-    from trak_dist.store import FeatureStore, variant_name
 
-    store = FeatureStore.open(job.store.path, mode="r")
-    variant = variant_name(job.proj_dim, job.lambda_reg, job.scoring.kinv_scaling)
-    sset = store.score_set(job.scoring.exp_name, variant)
-    if sset is None:
-        raise StoreStateError(
-            f"no scores {job.scoring.exp_name}/{variant} in {job.store.path}; run trak-dist with "
-            "these overrides first (show takes the run's own overrides)."
-        )
-    top = sset.read_topk()
+    top = job_score_set(job).read_topk()
     train = build_dataset(job.data.train, job.data.kwargs, "data.train")
     tgt = build_dataset(job.data.targets, job.data.kwargs, "data.targets")
 

@@ -33,6 +33,21 @@ from trak_dist.tasks import resolve_task
 IGNORE = -100
 
 
+def job_score_set(cfg: Any, store: FeatureStore | None = None) -> Any:
+    """The score set of the job ``cfg`` (its experiment and variant), or a StoreStateError."""
+    store = store or FeatureStore.open(cfg.store.path, mode="r")
+    sset = store.score_set(
+        cfg.scoring.exp_name, variant_name(cfg.proj_dim, cfg.lambda_reg, cfg.scoring.kinv_scaling)
+    )
+    if sset is None:
+        raise StoreStateError(
+            f"no scores {cfg.scoring.exp_name} for proj_dim={cfg.proj_dim}, lambda_reg="
+            f"{cfg.lambda_reg} in {cfg.store.path}; run trak-dist with these overrides first "
+            "(show and the token explanations take the run's own overrides)."
+        )
+    return sset
+
+
 def token_batch(item: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
     """One copy of a causal LM item per counted token, each counting only that token, and the
     positions ``[J]`` of those tokens (the position of the token predicted)."""
@@ -61,18 +76,13 @@ class TokenExplainer:
             )
         self.cfg, self.train = cfg, train
         store = FeatureStore.open(cfg.store.path, mode="r")
-        variant = variant_name(cfg.proj_dim, cfg.lambda_reg, cfg.scoring.kinv_scaling)
-        sset = store.score_set(cfg.scoring.exp_name, variant)
-        if sset is None:
-            raise StoreStateError(
-                f"no scores {cfg.scoring.exp_name}/{variant} in {cfg.store.path}; run the job "
-                "with these overrides first."
-            )
-        group: Any = sset.group  # zarr's attribute and node types are unions of JSON values
-        self.model_ids = [int(c) for c in group.attrs["model_ids"]]
-        self.p = int(group.attrs["proj_dim"])
+        sset = job_score_set(cfg, store)
+        attrs = sset.attrs
+        self.model_ids = [int(c) for c in attrs["model_ids"]]
+        self.p = int(attrs["proj_dim"])
+        m = int(sset.S.shape[1])  # S is [n, m]
         # y_tc = x_tc K_c⁻¹ [m, p] per checkpoint, as scoring stored it
-        self.ys = {c: np.asarray(group["Y"][str(c)]) for c in self.model_ids}
+        self.ys = {c: sset.read_y(c, 0, m) for c in self.model_ids}
         self.rows = {c: store.train_rows(c) for c in self.model_ids}
         self.checkpoints = checkpoint_paths(cfg.model.checkpoints)
         model = build_model(cfg.model.factory, cfg.model.kwargs)
