@@ -73,12 +73,18 @@ class ServeConfig:
         num_replicas, cpus_per_replica, gpus_per_replica: Ray Serve replicas and their resources.
         max_targets: most targets in one request; max_k: largest k (at most n).
         max_body_bytes: largest request body.
-        max_batch_size, batch_wait_s: requests one replica batches into one pass over the index,
-            and how long the first one waits for others (a loaded replica receives concurrent
-            requests spread over tens of ms: 5 ms gave batches of 1-7 of 16 here, 50 ms all 16).
-        index_dtype: ``float32`` or ``float16`` (half the memory; exact for a float16 store).
+        max_batch_size, batch_wait_s: requests one replica batches into one pass over the index
+            (every request waiting when the replica is free, at most max_batch_size), and how
+            long a batch smaller than that waits for more (0: none; a busy replica's queue
+            batches anyway, and a lone request is not delayed).
+        index_dtype: ``auto`` (the store's dtype: exact), ``float32`` or ``float16`` (half the
+            memory and half the bytes per pass; exact for a float16 store, else each entry
+            rounded to 11 bits: see docs/serve.md).
         index_mmap_dir: memory-map the index from ``.npy`` files written there (None: in memory).
-        block_rows: train rows per matmul block of the top-k pass.
+        block_rows: train rows per matmul block of the top-k pass (None: 4 MiB of float32).
+        ann: a faiss ``index_factory`` string (e.g. ``IVF1024,Flat``) for an approximate
+            inner-product index instead of the exact pass (needs ``faiss-cpu``); None: exact.
+        ann_nprobe: inverted lists an IVF index searches per query (more: better recall).
         featurize_batch: targets per gradient call. 1 (the default) makes a reply independent
             of the requests batched with it; more is faster on a GPU, but a target's float32
             row then depends in its last bit on its batch, which rounding to a float16 store
@@ -97,10 +103,12 @@ class ServeConfig:
     max_k: int = 1000
     max_body_bytes: int = 1 << 20
     max_batch_size: int = 16
-    batch_wait_s: float = 0.02
-    index_dtype: str = "float32"
+    batch_wait_s: float = 0.0
+    index_dtype: str = "auto"
     index_mmap_dir: str | None = None
-    block_rows: int = 65536
+    block_rows: int | None = None
+    ann: str | None = None
+    ann_nprobe: int = 16
     featurize_batch: int = 1
     device: str = "auto"
 
@@ -114,8 +122,9 @@ class ServeConfig:
             "max_batch_size",
             "block_rows",
             "featurize_batch",
+            "ann_nprobe",
         )
-        _one_of(self, "index_dtype", ("float32", "float16"))
+        _one_of(self, "index_dtype", ("auto", "float32", "float16"))
         _one_of(self, "device", DEVICES)
         if not isinstance(self.port, int) or not 1 <= self.port <= 65535:
             raise ConfigError(f"ServeConfig.port={self.port!r}; expected an integer in [1, 65535].")

@@ -1,19 +1,20 @@
 """The Ray Serve deployment: ``POST /attribute``, ``GET /health``, ``GET /``, ``GET /train/<i>``.
 
 Every refusal is one JSON line ``{"error": "..."}`` with a 4xx status, and the replica goes on
-serving. Requests are checked one by one, then batched across concurrent requests
-(``serve.batch``) into one featurisation and one pass over the index.
+serving. Requests are checked one by one, then batched across concurrent requests (``Batcher``:
+every request waiting when the replica is free) into one featurisation and one pass over the
+index.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
 from importlib import resources
 from typing import Any
 
+import torch
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -21,6 +22,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from trak_dist.config import JobConfig
 from trak_dist.errors import TrakDistError
 from trak_dist.serve._attributor import Attributor
+from trak_dist.serve._batcher import Batcher
 from trak_dist.serve._request import BadRequest, Item
 
 logger = logging.getLogger(__name__)
@@ -40,11 +42,15 @@ class AttributionService:
     """
 
     def __init__(self, cfg: JobConfig, token: str | None) -> None:
+        # the pass over the index is one matmul per block: give it every CPU the replica has
+        # (Ray leaves intra-op threads at the default, which may be fewer or more)
+        torch.set_num_threads(max(1, int(cfg.serve.cpus_per_replica)))
         self.attributor = Attributor(cfg)
         self.token = token
         self.max_body = cfg.serve.max_body_bytes
-        self._batched.set_max_batch_size(cfg.serve.max_batch_size)  # type: ignore[attr-defined]
-        self._batched.set_batch_wait_timeout_s(cfg.serve.batch_wait_s)  # type: ignore[attr-defined]
+        self.batcher: Batcher[tuple[list[Item], int], Any] = Batcher(
+            self._answer, cfg.serve.max_batch_size, cfg.serve.batch_wait_s
+        )
         self.page = resources.files("trak_dist.serve").joinpath("page.html").read_text()
         self.info = {
             "train_size": self.attributor.index.train_size,
@@ -110,19 +116,15 @@ class AttributionService:
             return _error(400, f"the body is not JSON ({e}).")
         except BadRequest as e:
             return _error(e.status, str(e))
-        result = await self._batched((query.targets, query.k))
+        result = await self.batcher.submit((query.targets, query.k))
         if isinstance(result, Exception):
             return _error(400 if isinstance(result, TrakDistError) else 500, str(result))
         return JSONResponse({"results": result})
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
-    async def _batched(self, queries: list[tuple[list[Item], int]]) -> list[Any]:
+    def _answer(self, queries: list[tuple[list[Item], int]]) -> list[Any]:
         """One featurisation and one top-k pass for every query of the batch (at the largest k
         asked, then cut); a batch that fails is answered query by query, so one bad target
         (e.g. a label outside the model's classes) fails only its own request."""
-        return await asyncio.to_thread(self._answer, queries)
-
-    def _answer(self, queries: list[tuple[list[Item], int]]) -> list[Any]:
         items = [item for targets, _ in queries for item in targets]
         try:
             results = self.attributor.reply(items, max(k for _, k in queries))

@@ -23,6 +23,7 @@ from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.pipeline.worker import pick_device
+from trak_dist.serve._ann import AnnIndex
 from trak_dist.serve._index import AttributionIndex, TopK
 from trak_dist.serve._request import Item, RequestParser
 from trak_dist.sources import (
@@ -56,7 +57,7 @@ class Attributor:
         for c, path in enumerate(paths):
             # the rows served were featurised from this very file (or the answers are not theirs)
             store.train_rows(c).binding.check(file_fingerprint(path), f"model_id={c}", store.where)
-        self.index = AttributionIndex.from_store(
+        exact = AttributionIndex.from_store(
             store,
             self.model_ids,
             cfg.proj_dim,
@@ -66,6 +67,9 @@ class Attributor:
             sv.index_mmap_dir,
             sv.block_rows,
             self.device,
+        )
+        self.index: AttributionIndex | AnnIndex = (
+            exact if sv.ann is None else AnnIndex(exact, sv.ann, sv.ann_nprobe)
         )
         self.featurizers = [self._featurizer(cfg, store, c, p) for c, p in enumerate(paths)]
         self.train = build_dataset(cfg.data.train, cfg.data.kwargs, "data.train")
@@ -155,4 +159,5 @@ class Attributor:
 
 
 def _pairs(idx: np.ndarray, val: np.ndarray) -> list[list[float]]:
-    return [[int(i), float(v)] for i, v in zip(idx, val, strict=True)]
+    # an approximate index marks "fewer than k found" with index -1
+    return [[int(i), float(v)] for i, v in zip(idx, val, strict=True) if i >= 0]

@@ -11,13 +11,17 @@ nothing in a float16 index), ``qsum = Σ_c Q_c`` ``[n]`` (float32, summed in che
 ``compute_scores`` does) and each K_c⁻¹. A query applies K_c⁻¹ on its own side
 (``target_side``) and then costs one pass over X, ``block_rows`` rows at a time, keeping only
 the running top-k: memory O(block_rows · m) besides the index, whatever n.
+
+The pass is memory-bound for one target and compute-bound for a batch, so (measured in
+benchmarks/serve_load.py): X is held as the store's dtype (a float16 store: half the bytes read
+per pass, and exact, since every float16 is a float32), each block is widened into one reused
+float32 buffer small enough to stay in cache (a fresh 128 MiB block per step cost 5x more than
+the matmul), scores are laid out ``[m, rows]`` so that both top-k selections run along
+contiguous memory, and Σ_c Q_c / C² is one precomputed weight per row.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,25 +30,14 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.scoring import Factorization, ensure_factor, parse_lambda
-from trak_dist.scoring._blocks import _merge_topk
-from trak_dist.store import FeatureStore, RowSet
+from trak_dist.scoring import parse_lambda
+from trak_dist.serve._index_build import READ_ROWS, fill, mapped, stored_factor
+from trak_dist.store import FeatureStore
 
-INDEX_DTYPES = ("float32", "float16")
-READ_ROWS = 16384  # rows read from the store at a time while the index is built
-
-
-def _factor(store: FeatureStore, model_id: int, p: int) -> Factorization:
-    """The stored factorisation (never written here: the service opens the store read-only)."""
-    if store.read_factor(model_id, p) is not None:
-        return ensure_factor(store, model_id, p)
-    xtx = store.read_xtx(model_id)
-    if xtx is None:
-        raise StoreStateError(
-            f"model_id={model_id} has no XᵀX in {store.where}: its train features are not "
-            "finalised. Run the batch job (`trak-dist` with the same overrides) first."
-        )
-    return Factorization.of(xtx[:p, :p], store.spec.train_size, "cpu", f"model_id={model_id}")
+INDEX_DTYPES = ("auto", "float32", "float16")  # auto: the store's dtype
+# float32 bytes of one block of the top-k pass: 4 MiB stays in this machine's 32 MiB L3 with
+# the scores; 2048-row blocks took 82 ms per 1M x 512 float16 pass, 32768-row ones 224 ms
+BLOCK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -69,7 +62,7 @@ class AttributionIndex:
         qsum: ``[n]`` float32 Σ_c Q_c.
         kinvs: per checkpoint, ``[p, p]`` float64 K_c⁻¹ as ``compute_scores`` applies it.
         lambdas: the λ used per checkpoint (as the score set records it).
-        block_rows: train rows per matmul block.
+        block_rows: train rows per matmul block (None: as many as fill ``BLOCK_BYTES`` as float32).
         device: where the matmuls run.
     """
 
@@ -79,7 +72,7 @@ class AttributionIndex:
         qsum: torch.Tensor,
         kinvs: Sequence[torch.Tensor],
         lambdas: Sequence[float],
-        block_rows: int = 65536,
+        block_rows: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
         self.x = x
@@ -87,10 +80,16 @@ class AttributionIndex:
         self.qsum = qsum.to(self.device, torch.float32)
         self.kinvs = [k.to(self.device, torch.float64) for k in kinvs]
         self.lambdas = list(lambdas)
-        self.block_rows = block_rows
         self.num_checkpoints = len(self.kinvs)
         self.proj_dim = int(self.kinvs[0].shape[0])
         self.train_size = int(x.shape[0])
+        width = int(x.shape[1])
+        self.block_rows = block_rows or max(256, BLOCK_BYTES // (4 * width))
+        # compute_scores' (acc / C) · (Σ_c Q_c / C) as one weight per row: float32 rounding
+        # of the product differs by ≤ 2 ulp (1e-7), far inside the rtol 1e-5 of a reply
+        c = self.num_checkpoints
+        self.weight = self.qsum / c / c
+        self._buffer: torch.Tensor | None = None
 
     @classmethod
     def from_store(
@@ -100,9 +99,9 @@ class AttributionIndex:
         proj_dim: int | None = None,
         lambda_reg: float | str = "auto",
         kinv_scaling: str = "mean_abs",
-        dtype: str = "float32",
+        dtype: str = "auto",
         mmap_dir: str | Path | None = None,
-        block_rows: int = 65536,
+        block_rows: int | None = None,
         device: torch.device | str = "cpu",
     ) -> AttributionIndex:
         """The index of ``store``'s train features of ``model_ids`` at ``proj_dim`` (None: the
@@ -127,6 +126,8 @@ class AttributionIndex:
         if not ids:
             raise ConfigError("no checkpoints to serve: model.checkpoints is empty.")
         lam = parse_lambda(lambda_reg)
+        if dtype == "auto":
+            dtype = spec.dtype if spec.dtype in INDEX_DTYPES else "float32"
         rows = []
         for c in ids:
             rs = store.train_rows(c)
@@ -139,7 +140,7 @@ class AttributionIndex:
         store.check_same_items(list(zip(ids, rows, strict=True)), "train")
         kinvs, lambdas = [], []
         for c in ids:
-            factor = _factor(store, c, p)
+            factor = stored_factor(store, c, p)
             lam_c = factor.resolve_lambda(lam, f"model_id={c}")
             kinvs.append(torch.as_tensor(factor.kinv(lam_c, kinv_scaling, f"model_id={c}")))
             lambdas.append(lam_c)
@@ -151,10 +152,10 @@ class AttributionIndex:
         width = p * len(ids)
         if mmap_dir is None:
             x: torch.Tensor | np.ndarray = torch.empty((n, width), dtype=getattr(torch, dtype))
-            _fill(x, rows, p)
+            fill(x, rows, p)
         else:
             key = {"store": str(store.where), "spec": spec.to_json(), "ids": ids, "p": p}
-            x = _mapped(Path(mmap_dir), key, dtype, (n, width), rows, p)
+            x = mapped(Path(mmap_dir), key, dtype, (n, width), rows, p)
         return cls(x, qsum, kinvs, lambdas, block_rows, device)
 
     def target_side(self, xt: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
@@ -173,20 +174,30 @@ class AttributionIndex:
         return torch.cat(ys, dim=1)
 
     def _rows(self, r0: int, r1: int) -> torch.Tensor:
-        """Train rows ``[r0, r1)`` of X as float32 on the index's device."""
+        """Train rows ``[r0, r1)`` of X as float32 on the index's device: a view when X is a
+        float32 tensor there, else widened into the reused buffer."""
         xb = self.x[r0:r1]  # a row range: contiguous, also in a memory map
         block = torch.from_numpy(xb) if isinstance(xb, np.ndarray) else xb
-        return block.to(self.device, torch.float32)
+        if block.dtype == torch.float32 and block.device == self.device:
+            return block
+        if self._buffer is None or self._buffer.shape[0] < r1 - r0:
+            self._buffer = torch.empty(
+                (self.block_rows, block.shape[1]), dtype=torch.float32, device=self.device
+            )
+        out = self._buffer[: r1 - r0]
+        out.copy_(block)
+        return out
 
     def _block(self, y: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
-        """Scores ``[r1 - r0, m]`` of train rows ``[r0, r1)``: ``compute_scores``' formula."""
-        c = self.num_checkpoints
-        return (self._rows(r0, r1) @ y.T / c) * (self.qsum[r0:r1] / c)[:, None]
+        """Scores ``[m, r1 - r0]`` of train rows ``[r0, r1)``: ``compute_scores``' formula."""
+        return (y @ self._rows(r0, r1).T) * self.weight[r0:r1]
 
     def scores(self, y: torch.Tensor) -> torch.Tensor:
         """``[n, m]`` float32 scores of targets ``y`` (from ``target_side``); small n only."""
         n, step = self.train_size, self.block_rows
-        return torch.cat([self._block(y, r0, min(n, r0 + step)) for r0 in range(0, n, step)])
+        return torch.cat(
+            [self._block(y, r0, min(n, r0 + step)) for r0 in range(0, n, step)], dim=1
+        ).T
 
     def topk(self, y: torch.Tensor, k: int) -> TopK:
         """Exact top-``k`` proponents and opponents of targets ``y`` (from ``target_side``)."""
@@ -194,56 +205,30 @@ class AttributionIndex:
         best = worst = None
         for r0 in range(0, self.train_size, self.block_rows):
             block = self._block(y, r0, min(self.train_size, r0 + self.block_rows))
-            best = _merge_topk(best, block, r0, k)
-            worst = _merge_topk(worst, -block, r0, k)
+            best = _merge(best, block, r0, k, largest=True)
+            worst = _merge(worst, block, r0, k, largest=False)
         assert best is not None and worst is not None  # n ≥ 1
         return TopK(
-            best[1].T.cpu().numpy(),
-            best[0].T.cpu().numpy(),
-            worst[1].T.cpu().numpy(),
-            (-worst[0]).T.cpu().numpy(),
+            best[1].cpu().numpy(),
+            best[0].cpu().numpy(),
+            worst[1].cpu().numpy(),
+            worst[0].cpu().numpy(),
         )
 
 
-def _fill(x: torch.Tensor | np.ndarray, rows: Sequence[RowSet], p: int) -> None:
-    """Copy every checkpoint's first ``p`` columns into its slot of ``x``."""
-    n = x.shape[0]
-    for j, rs in enumerate(rows):
-        for r0 in range(0, n, READ_ROWS):
-            r1 = min(n, r0 + READ_ROWS)
-            block = rs.read(r0, r1, p)
-            if isinstance(x, torch.Tensor):
-                x[r0:r1, j * p : (j + 1) * p] = torch.from_numpy(block)
-            else:
-                x[r0:r1, j * p : (j + 1) * p] = block
-
-
-def _mapped(
-    folder: Path,
-    key: dict[str, object],
-    dtype: str,
-    shape: tuple[int, int],
-    rows: Sequence[RowSet],
-    p: int,
-) -> np.ndarray:
-    """X memory-mapped from ``folder``: written once (to a temporary name, then renamed, so a
-    killed build leaves no half file that looks whole) and reused while ``key`` matches."""
-    folder.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = folder / f"index-{digest}-{dtype}.npy"
-    if not path.is_file():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-        _fill(out, rows, p)
-        out.flush()
-        del out
-        os.replace(tmp, path)
-    # copy-on-write: torch takes its blocks without a copy (it refuses read-only memory), and
-    # the file is never written
-    mapped = np.load(path, mmap_mode="c")
-    if mapped.shape != shape or mapped.dtype != np.dtype(dtype):
-        raise StoreStateError(
-            f"the memory-mapped index {path} holds {mapped.shape} {mapped.dtype}, expected "
-            f"{shape} {dtype}. Delete it (it is rebuilt from the store)."
-        )
-    return mapped
+def _merge(
+    kept: tuple[torch.Tensor, torch.Tensor] | None,
+    block: torch.Tensor,
+    first_row: int,
+    k: int,
+    largest: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running top-``k`` (values, train indices) ``[m, ≤k]`` of ``kept`` and ``block``
+    ``[m, rows]``, sorted (descending if ``largest``); blocks may hold fewer than k rows."""
+    vals, idx = torch.topk(block, min(k, block.shape[1]), dim=1, largest=largest)
+    idx = idx + first_row
+    if kept is not None:
+        both = torch.cat([kept[0], vals], dim=1)
+        vals, pos = torch.topk(both, min(k, both.shape[1]), dim=1, largest=largest)
+        idx = torch.gather(torch.cat([kept[1], idx], dim=1), 1, pos)
+    return vals, idx
