@@ -12,10 +12,12 @@ from trak_dist.serve import AttributionIndex
 from trak_dist.serve._ann import AnnIndex
 
 
-def _index(x, q: np.ndarray, c: int, block_rows: int | None) -> AttributionIndex:
+def _index(
+    x, q: np.ndarray, c: int, block_rows: int | None, chunk_rows: int = 65536
+) -> AttributionIndex:
     p = x.shape[1] // c
     kinvs = [torch.eye(p, dtype=torch.float64)] * c  # target_side is tested in test_index.py
-    return AttributionIndex(x, torch.from_numpy(q), kinvs, [1.0] * c, block_rows)
+    return AttributionIndex(x, torch.from_numpy(q), kinvs, [1.0] * c, block_rows, "cpu", chunk_rows)
 
 
 def _reference(x: np.ndarray, q: np.ndarray, y: np.ndarray, c: int) -> np.ndarray:
@@ -43,10 +45,17 @@ def _check_topk(top, s64: np.ndarray, k: int, rtol: float, atol: float) -> None:
 
 
 @pytest.mark.parametrize(
-    ("n", "c", "block_rows", "k"),
-    [(3000, 1, None, 10), (2999, 3, 256, 10), (700, 2, 7, 12), (50, 1, 1000, 50)],
+    ("n", "c", "block_rows", "chunk_rows", "k"),
+    [
+        (3000, 1, None, 65536, 10),
+        (2999, 3, 256, 1000, 10),  # chunks of 4 blocks, the last ones partial
+        (700, 2, 7, 7, 12),  # chunks shorter than k
+        (50, 1, 1000, 65536, 50),  # k = n
+    ],
 )
-def test_exact_paths_equal_float64(tmp_path, n: int, c: int, block_rows: int | None, k: int):
+def test_exact_paths_equal_float64(
+    tmp_path, n: int, c: int, block_rows: int | None, chunk_rows: int, k: int
+):
     """A float16 store served from a float16 or float32 index, in memory or memory-mapped:
     every stored value is a float32, so only the float32 accumulation differs from float64
     (rtol 1e-5, atol 1e-6 of the largest score)."""
@@ -63,7 +72,7 @@ def test_exact_paths_equal_float64(tmp_path, n: int, c: int, block_rows: int | N
         torch.from_numpy(x16.astype(np.float32)),
         np.load(tmp_path / "x.npy", mmap_mode="c"),
     ):
-        index = _index(x, q, c, block_rows)
+        index = _index(x, q, c, block_rows, chunk_rows)
         yt = torch.from_numpy(y)
         np.testing.assert_allclose(index.scores(yt).numpy().T, s64, rtol=1e-5, atol=atol)
         _check_topk(index.topk(yt, k), s64, min(k, n), 1e-5, atol)
