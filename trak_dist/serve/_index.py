@@ -201,8 +201,11 @@ class AttributionIndex:
         if self._scores is None or self._scores.shape[0] != m:
             self._scores = torch.empty((m, self.chunk_rows), device=self.device)
         out = self._scores[:, : c1 - c0]
-        for r0 in range(c0, c1, self.block_rows):
-            r1 = min(c1, r0 + self.block_rows)
+        # float32 rows on the device need no widening: one matmul per chunk
+        direct = isinstance(self.x, torch.Tensor) and self.x.dtype == torch.float32
+        step = self.chunk_rows if direct and self.x.device == self.device else self.block_rows
+        for r0 in range(c0, c1, step):
+            r1 = min(c1, r0 + step)
             torch.mm(y, self._rows(r0, r1).T, out=out[:, r0 - c0 : r1 - c0])
         return out.mul_(self.weight[c0:c1])
 
