@@ -176,6 +176,12 @@ def main() -> None:
     ap.add_argument("--ann", default=None, help="serve.ann (a faiss index_factory string)")
     ap.add_argument("--nprobe", type=int, default=ServeConfig.ann_nprobe)
     ap.add_argument("--repeat", type=int, default=2, help="measured runs per client count")
+    ap.add_argument(
+        "--featurize-batch",
+        type=int,
+        default=ServeConfig.featurize_batch,
+        help="targets per gradient call",
+    )
     ap.add_argument("--dir", default=None, help="where the synthetic stores go (default: tmp)")
     args = ap.parse_args()
 
@@ -210,6 +216,7 @@ def main() -> None:
             batch_wait_s=args.batch_wait,
             ann=args.ann,
             ann_nprobe=args.nprobe,
+            featurize_batch=args.featurize_batch,
         )
         cfg = JobConfig(
             proj_dim=args.p,
@@ -234,7 +241,12 @@ def main() -> None:
                     [
                         args.n,
                         C,
-                        args.ann or f"exact {sv.index_dtype.replace('auto', 'float16')}",
+                        (args.ann or f"exact {sv.index_dtype.replace('auto', 'float16')}")
+                        + (
+                            f", featurize_batch {sv.featurize_batch}"
+                            if sv.featurize_batch > 1
+                            else ""
+                        ),
                         f"{args.replicas}x{args.cpus:g}",
                         clients,
                         run,
