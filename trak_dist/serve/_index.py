@@ -54,7 +54,9 @@ class TopK:
 class AttributionIndex:
     """The train side of the scores, for exact top-k over all n train rows.
 
-    Build it with ``from_store``. Args of the constructor are the parts themselves:
+    Build it with ``from_store``. One query at a time: the pass reuses its float32 buffers (a
+    replica's ``Batcher`` runs one batch at a time). Args of the constructor are the parts
+    themselves:
 
     Args:
         x: ``[n, C·p]`` train rows of every checkpoint side by side (a tensor, or a memory-mapped
