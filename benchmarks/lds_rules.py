@@ -30,6 +30,7 @@ import argparse
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,14 @@ BENCHES = {
         tb.bert_train_set,
         tb.bert_target_set,
         tb.bert_recipe,
+        tb.bert_quality,
+    ),
+    "bert40": Bench(
+        tb.bert_model,
+        "text_classification",
+        partial(tb.bert_train_set, noise=0.4),
+        tb.bert_target_set,
+        partial(tb.bert_recipe, noise=0.4),
         tb.bert_quality,
     ),
     "lm": Bench(

@@ -99,7 +99,7 @@ def evaluate_config(
     store = FeatureStore.open(run.store, mode="r")
     rows = store_lds(store, run.exp, None, cfg.eval.num_models, cfg.eval.bootstrap, cfg.eval.seed)
     recorded = record_best_lambdas(cfg, rows)
-    files = write(rows, run.exp, Path(output_dir)) if output_dir is not None else {}
+    files = write(rows, run.exp, Path(output_dir), recorded) if output_dir is not None else {}
     return Evaluation(run.exp, rows, run, files, scored, recorded)
 
 

@@ -1,6 +1,7 @@
 """A λ sweep measured by LDS (`eval.lambdas`), its recorded best, and `lambda_reg=best`."""
 
 import dataclasses
+import json
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_a_lambda_sweep_is_scored_from_the_store_measured_recorded_and_used(
     cfg = dataclasses.replace(
         base, proj_dim=P, eval=dataclasses.replace(base.eval, lambdas=[1.0, "grid", 1e-3])
     )
-    ev = evaluate_config(cfg)
+    ev = evaluate_config(cfg, tmp_path / "lds")
 
     store = FeatureStore.open(path)
     # the grid: 10^-3 … 10 × the mean over checkpoints of 0.007·e_max(XᵀX), from numpy here
@@ -105,6 +106,8 @@ def test_a_lambda_sweep_is_scored_from_the_store_measured_recorded_and_used(
     # the best is recorded in the store, with what it was measured on and when
     (rec,) = recorded_best(store.eval_set("targets")).values()
     assert rec == ev.recorded[P]
+    written = json.loads((tmp_path / "lds" / "lds.json").read_text())
+    assert written["recorded_best_lambda"] == {str(P): rec} and written["best"] == top
     assert rec["variant"] == top and rec["lds"] == pytest.approx(want[top], abs=1e-4)
     assert rec["lambda_reg"] == store.score_set("targets", top).attrs["lambda_reg"]
     assert len(rec["candidates"]) == len(want) and rec["models"] == 6
