@@ -9,6 +9,9 @@ from typing import Any
 
 from trak_dist._validate import DEVICES, _one_of, _positive
 from trak_dist.errors import ConfigError
+from trak_dist.scoring._lambda import BEST, parse_lambda
+
+GRID = "grid"  # eval.lambdas entry: a log grid around the auto λ (trak_dist.lds.expand_lambdas)
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class EvalConfig:
         device: where a subset model's target outputs are computed (``auto``: cuda if present).
         overwrite: discard stored subset models made with other settings.
         output_dir: where the table and plot go (None: ``outputs/eval/<date>/<time>``).
+        lambdas: λ to score at the job's proj_dim before measuring, from the stored features
+            (no refeaturisation): numbers, ``auto``, and ``grid`` (nine λ from 10⁻³ to 10 times
+            the auto λ, and auto). The best λ per proj_dim is recorded for ``lambda_reg=best``.
     """
 
     recipe: Any = "trak_dist.examples.digits:train_subset"
@@ -40,9 +46,11 @@ class EvalConfig:
     device: str = "auto"
     overwrite: bool = False
     output_dir: str | None = None
+    lambdas: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _positive(self, "num_models")
+        object.__setattr__(self, "lambdas", _sweep(self.lambdas))
         _one_of(self, "device", DEVICES)
         if self.num_models < 3:
             raise ConfigError(
@@ -56,6 +64,26 @@ class EvalConfig:
                 f"EvalConfig: bootstrap={self.bootstrap}, cpus_per_model={self.cpus_per_model}, "
                 f"gpus_per_model={self.gpus_per_model}; expected values ≥ 0."
             )
+
+
+def _sweep(entries: Any) -> list[Any]:
+    """``eval.lambdas`` normalised: each a float ≥ 0, ``auto`` or ``grid``, in order, once."""
+    if isinstance(entries, str | int | float):
+        entries = [entries]
+    out: list[Any] = []
+    for x in entries:
+        if isinstance(x, str) and x.strip().lower() == GRID:
+            lam: Any = GRID
+        else:
+            lam = parse_lambda(x, "eval.lambdas entry")
+            if lam == BEST:
+                raise ConfigError(
+                    "eval.lambdas holds 'best'; it lists the λ to measure: numbers, 'auto' or "
+                    "'grid' (lambda_reg=best then uses the best of them)."
+                )
+        if lam not in out:
+            out.append(lam)
+    return out
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

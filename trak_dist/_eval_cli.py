@@ -16,10 +16,14 @@ outputs/eval/<date>/<time>).
 
 Overrides are trak-dist's (store.path, model.*, data.*, task.*, scoring.exp_name, cluster=...)
 plus eval.recipe, eval.recipe_kwargs, eval.num_models (100), eval.alpha (0.5), eval.seed,
-eval.bootstrap, eval.cpus_per_model, eval.gpus_per_model, eval.overwrite.
+eval.bootstrap, eval.cpus_per_model, eval.gpus_per_model, eval.overwrite, and eval.lambdas: λ
+to score at proj_dim from the stored features first (no refeaturisation; numbers, auto, and
+grid: 10^-3 … 10 × the auto λ). The best λ per proj_dim is recorded in the store, and
+`trak-dist lambda_reg=best` (or serve, explain) uses it.
 
   trak-dist eval                                   # the digits example, after `trak-dist`
   trak-dist eval eval.num_models=200
+  trak-dist eval 'eval.lambdas=[grid]'             # a λ sweep, then: trak-dist lambda_reg=best
   trak-dist eval model=custom data=custom model.factory=pkg.m:make ... eval.recipe=pkg.m:train
 """
 
@@ -52,7 +56,15 @@ def main(argv: list[str]) -> int:
         f"subset models: {run.trained} trained, {run.reused} reused from the store "
         f"({run.seconds:.1f} s)"
     )
+    if ev.scored:
+        print(f"scored from the stored features for eval.lambdas: {', '.join(ev.scored)}")
     print(ev.to_markdown())
+    for p, rec in sorted(ev.recorded.items()):
+        print(
+            f"recorded for lambda_reg=best at proj_dim={p}: λ={rec['lambda_reg']} "
+            f"({rec['variant']}, LDS {rec['lds']:.3f} [{rec['low']:.3f}, {rec['high']:.3f}], "
+            f"best of {len(rec['candidates'])})"
+        )
     plot = f"; plot: {ev.files['png']}" if "png" in ev.files else ""
     print(f"tables: {ev.files['md']}, {ev.files['csv']}{plot}")
     return 0

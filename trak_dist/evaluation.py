@@ -17,13 +17,17 @@ Example (after ``trak_dist.run``'s example, on its store)::
     )
     print(ev.to_markdown())                  # LDS and interval of every scored variant
     lds = ev.best.result.lds
+
+With ``eval=EvalConfig(lambdas=["grid"], ...)`` it first scores a λ grid from the stored
+features (no refeaturisation), and records the best λ per proj_dim in the store:
+``lambda_reg="best"`` then uses it (``ev.recorded``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +41,15 @@ from trak_dist.config import (
     StoreConfig,
     TaskConfig,
 )
-from trak_dist.lds import VariantLDS, best, store_lds, to_markdown, write
+from trak_dist.lds import (
+    VariantLDS,
+    best,
+    record_best_lambdas,
+    score_lambdas,
+    store_lds,
+    to_markdown,
+    write,
+)
 from trak_dist.store import FeatureStore
 
 if TYPE_CHECKING:  # the driver imports Ray: only when running
@@ -48,12 +60,15 @@ __all__ = ["Evaluation", "evaluate", "evaluate_config"]
 
 @dataclass(frozen=True)
 class Evaluation:
-    """An evaluation's result: the LDS per score variant and what was (re)trained."""
+    """An evaluation's result: the LDS per score variant, what was (re)trained, the variants
+    scored for ``eval.lambdas`` and the best λ recorded per proj_dim (``lambda_reg=best``)."""
 
     exp: str
     variants: list[VariantLDS]
     run: EvalRun  # models trained, reused, seconds
     files: dict[str, Path]
+    scored: list[str] = field(default_factory=list)
+    recorded: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def best(self) -> VariantLDS | None:
@@ -68,16 +83,24 @@ def evaluate_config(
     output_dir: str | Path | None = None,
     on_model: Callable[[int], None] | None = None,
 ) -> Evaluation:
-    """Train what ``eval/<exp>`` lacks, then the LDS of every score set of the experiment;
-    with ``output_dir``, the table and plot are written there."""
+    """Score ``eval.lambdas`` the experiment lacks (from the stored features), train what
+    ``eval/<exp>`` lacks, then the LDS of every score set of the experiment, and record the
+    best λ per proj_dim in the store; with ``output_dir``, the table and plot are written
+    there."""
     # imports Ray: only when running
     from trak_dist.distributed.eval_driver import run_eval
+    from trak_dist.pipeline import absolute_store
+    from trak_dist.pipeline.executor import reducer_device
 
+    cfg = absolute_store(cfg)
+    # before training: a λ the store cannot score fails in seconds, not after M models
+    scored = score_lambdas(cfg, reducer_device(cfg))
     run = run_eval(cfg, on_model)
     store = FeatureStore.open(run.store, mode="r")
     rows = store_lds(store, run.exp, None, cfg.eval.num_models, cfg.eval.bootstrap, cfg.eval.seed)
-    files = write(rows, run.exp, Path(output_dir)) if output_dir is not None else {}
-    return Evaluation(run.exp, rows, run, files)
+    recorded = record_best_lambdas(cfg, rows)
+    files = write(rows, run.exp, Path(output_dir), recorded) if output_dir is not None else {}
+    return Evaluation(run.exp, rows, run, files, scored, recorded)
 
 
 def evaluate(

@@ -8,7 +8,6 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from trak_dist import TRAKer
 from trak_dist.config import ClusterConfig, EvalConfig, JobConfig, StoreConfig
 from trak_dist.errors import ConfigError, StoreDamagedError
 from trak_dist.examples import digits
@@ -118,34 +117,6 @@ def test_the_example_recipe_with_another_model_is_refused_before_training(tmp_pa
     cfg = dataclasses.replace(cfg, model=ModelConfig(factory="pkg.mod:make", checkpoints=[]))
     with pytest.raises(ConfigError, match=r"set eval\.recipe=pkg\.module:train"):
         run_eval(cfg)
-
-
-@pytest.fixture(scope="module")
-def digits_store(tmp_path_factory, digits_checkpoints):
-    """The digits example featurised at p=64 by TRAKer and scored at λ=auto and λ=1."""
-    path = tmp_path_factory.mktemp("lds") / "store.zarr"
-    train, targets = digits.train_set(), digits.target_set()
-    states = [torch.load(c, weights_only=True) for c in digits_checkpoints]
-    for lam in ("auto", 1.0):
-        t = TRAKer(
-            model=digits.make_model(),
-            task="image_classification",
-            train_set_size=len(train),
-            save_dir=path,
-            device="cpu",
-            proj_dim=64,
-            lambda_reg=lam,
-            logging_level=logging.ERROR,
-        )
-        for i, st in enumerate(states):
-            t.load_checkpoint(st, model_id=i)
-            t.featurize(train.tensors, num_samples=len(train))
-        t.finalize_features()
-        for i, st in enumerate(states):
-            t.start_scoring_checkpoint("targets", st, model_id=i, num_targets=len(targets))
-            t.score(targets.tensors, num_samples=len(targets))
-        t.finalize_scores("targets")
-    return path
 
 
 @pytest.mark.ray

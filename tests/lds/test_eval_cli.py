@@ -104,3 +104,27 @@ def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path)
     assert (tmp_path / "sweep" / "sweep_summary.png").is_file()
     report = (tmp_path / "sweep" / "0" / "trak_report.md").read_text()
     assert f"retrained subset models output): {float(points['auto']['lds']):.3f}" in report
+
+    # a λ sweep from the stored features: no subset model retrained, every λ's LDS, the best
+    # recorded in the store, and `lambda_reg=best` scores with it
+    swept = trak_dist(
+        ["eval", f"eval.num_models={M}", "eval.lambdas=[0.1,1]", "eval.output_dir=lds2"],
+        tmp_path,
+        timeout=900,
+    )
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    assert f"subset models: 0 trained, {M} reused from the store" in swept.stdout
+    assert "for eval.lambdas: p512_lambda0.1, p512_lambda1\n" in swept.stdout
+    with open(tmp_path / "lds2" / "lds.csv") as f:
+        rows = {r["lambda_reg"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"auto", "0.01", "0.1", "1.0"}
+    top = max(rows.values(), key=lambda r: float(r["lds"]))
+    assert (
+        f"recorded for lambda_reg=best at proj_dim=512: λ={top['lambda_reg']} ({top['variant']}, "
+        f"LDS {float(top['lds']):.3f}" in swept.stdout
+    )
+    used = trak_dist(["lambda_reg=best", "hydra.run.dir=run2", "progress=false"], tmp_path, 900)
+    assert used.returncode == 0, used.stderr[-3000:]
+    report = (tmp_path / "run2" / "trak_report.md").read_text()
+    assert f"## scores `{top['variant']}`" in report
+    assert f"subset models output): {float(top['lds']):.3f}" in report

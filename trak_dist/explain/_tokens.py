@@ -26,6 +26,7 @@ from torch import Tensor
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
+from trak_dist.scoring import resolve_best
 from trak_dist.sources import build_model, checkpoint_paths, load_state_dict
 from trak_dist.store import FeatureStore, variant_name
 from trak_dist.tasks import resolve_task
@@ -36,9 +37,9 @@ IGNORE = -100
 def job_score_set(cfg: Any, store: FeatureStore | None = None) -> Any:
     """The score set of the job ``cfg`` (its experiment and variant), or a StoreStateError."""
     store = store or FeatureStore.open(cfg.store.path, mode="r")
-    sset = store.score_set(
-        cfg.scoring.exp_name, variant_name(cfg.proj_dim, cfg.lambda_reg, cfg.scoring.kinv_scaling)
-    )
+    exp, kinv_scaling = cfg.scoring.exp_name, cfg.scoring.kinv_scaling
+    lam, _ = resolve_best(store, exp, cfg.proj_dim, cfg.lambda_reg, kinv_scaling)
+    sset = store.score_set(exp, variant_name(cfg.proj_dim, lam, kinv_scaling))
     if sset is None:
         raise StoreStateError(
             f"no scores {cfg.scoring.exp_name} for proj_dim={cfg.proj_dim}, lambda_reg="

@@ -50,8 +50,14 @@ def to_markdown(rows: Sequence[VariantLDS], exp: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(rows: Sequence[VariantLDS], exp: str, folder: Path) -> dict[str, Path]:
-    """``lds.md``, ``lds.csv``, ``lds.json`` and (with matplotlib) ``lds.png`` in ``folder``."""
+def write(
+    rows: Sequence[VariantLDS],
+    exp: str,
+    folder: Path,
+    recorded: dict[int, dict[str, Any]] | None = None,
+) -> dict[str, Path]:
+    """``lds.md``, ``lds.csv``, ``lds.json`` (with the best λ ``recorded`` per proj_dim) and
+    (with matplotlib) ``lds.png`` in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {"md": folder / "lds.md", "csv": folder / "lds.csv", "json": folder / "lds.json"}
     files["md"].write_text(to_markdown(rows, exp))
@@ -64,7 +70,13 @@ def write(rows: Sequence[VariantLDS], exp: str, folder: Path) -> dict[str, Path]
     top = best(rows)
     files["json"].write_text(
         json.dumps(
-            {"exp": exp, "best": top.variant if top else None, "variants": records}, indent=2
+            {
+                "exp": exp,
+                "best": top.variant if top else None,
+                "variants": records,
+                "recorded_best_lambda": {str(p): r for p, r in sorted((recorded or {}).items())},
+            },
+            indent=2,
         )
     )
     if plot(rows, exp, folder / "lds.png"):

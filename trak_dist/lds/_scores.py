@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,8 @@ class VariantLDS:
     lambda_reg: float | str
     lambdas: list[float]
     result: LDSResult
+    kinv_scaling: str = "mean_abs"
+    model_ids: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +86,8 @@ def store_lds(
                 lambda_reg=lam if isinstance(lam, str) else float(lam),
                 lambdas=[float(x) for x in attrs.get("lambdas", [])],
                 result=lds(pred, margins.astype(np.float64), bootstrap, seed=seed),
+                kinv_scaling=str(attrs.get("kinv_scaling", "mean_abs")),
+                model_ids=[int(c) for c in attrs.get("model_ids", [])],
             )
         )
     return out

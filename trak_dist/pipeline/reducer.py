@@ -110,7 +110,8 @@ class Reducer:
             exp=r.exp,
             variant=name,
             proj_dim=r.proj_dim,
-            lambda_reg=r.lambda_reg,
+            # best resolves to the recorded λ: report what was used
+            lambda_reg=sset.attrs.get("lambda_reg", r.lambda_reg),
             lambdas=tuple(float(x) for x in sset.attrs.get("lambdas", [])),
             seconds=time.perf_counter() - t0,
             path=f"{self.store.where}/scores/{r.exp}/{name}",

@@ -14,6 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from trak_dist.errors import NonFiniteError, StoreStateError
+from trak_dist.scoring._best import resolve_best
 from trak_dist.scoring._factor import Factorization, gram
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.store import FeatureStore, RowSet, ScoreSet, variant_name
@@ -91,8 +92,9 @@ def compute_scores(
     progress: bool = False,
 ) -> ScoreSet:
     """Score every target of ``exp`` against every train example, averaged over ``model_ids``
-    (``lambda_reg`` a number or ``"auto"``, recorded in ``lambdas``); the completed ScoreSet
-    replaces the variant's previous scores only once complete."""
+    (``lambda_reg`` a number, ``"auto"``, or ``"best"``: the λ ``trak-dist eval`` recorded for
+    ``exp`` at this proj_dim; the λ used per checkpoint is recorded in ``lambdas``); the
+    completed ScoreSet replaces the variant's previous scores only once complete."""
     spec = store.spec
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(model_ids)
@@ -102,6 +104,8 @@ def compute_scores(
             f"proj_dim={p} exceeds the store's featurised proj_dim={spec.proj_dim}; "
             "featurise at the largest proj_dim of a sweep."
         )
+    # best: the recorded λ (a number or auto), or an error naming what to run
+    lambda_reg, best_rule = resolve_best(store, exp, p, lambda_reg, kinv_scaling)
     train_sets = [store.train_rows(c) for c in ids]
     target_sets = [store.target_rows(exp, c) for c in ids]
     for c, rs in zip(ids, train_sets, strict=True):
@@ -123,7 +127,9 @@ def compute_scores(
     attrs = {
         "proj_dim": p,
         "lambda_reg": lambda_reg,
-        "lambda_rule": auto_rule() if lambda_reg == AUTO else "fixed",
+        "lambda_rule": "; ".join(
+            r for r in (best_rule, auto_rule() if lambda_reg == AUTO else "fixed") if r
+        ),
         "kinv_scaling": kinv_scaling,
         "model_ids": ids,
     }

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, IllConditionedError, NonFiniteError
-from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_lambda
+from trak_dist.scoring._lambda import AUTO, BEST, LambdaReg, auto_lambda
 
 logger = logging.getLogger(__name__)
 KINV_SCALINGS = ("mean_abs", "none")
@@ -69,6 +69,11 @@ class Factorization:
         self.check_finite(context)
         if lambda_reg == AUTO:
             return auto_lambda(self.eigenvalues)
+        if lambda_reg == BEST:  # needs the store's record: scoring.resolve_best
+            raise ConfigError(
+                "lambda_reg=best must be resolved against a store's recorded best λ first "
+                "(trak_dist.scoring.resolve_best); this is a bug in the caller."
+            )
         return float(lambda_reg)
 
     def check_finite(self, context: str = "") -> None:

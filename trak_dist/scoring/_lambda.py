@@ -1,4 +1,5 @@
-"""λ, the ridge term of K = XᵀX + λI: a number (traker's absolute meaning) or ``"auto"``.
+"""λ, the ridge term of K = XᵀX + λI: a number (traker's absolute meaning), ``"auto"`` or
+``"best"`` (the λ ``trak-dist eval`` measured best by LDS on this store, ``scoring._best``).
 
 ``auto``: λ = AUTO_SCALE · e_max (largest eigenvalue of XᵀX), so cond(XᵀX + λI) ≤ 1 +
 1/AUTO_SCALE ≈ 144 whatever n, p or the gradients' units (λ = 1 for XᵀX = 0). Chosen by LDS
@@ -17,33 +18,37 @@ import numpy as np
 from trak_dist.errors import ConfigError
 
 AUTO = "auto"
+BEST = "best"
 AUTO_SCALE = 0.007
 
-LambdaReg = float | str  # a number ≥ 0, or AUTO
+LambdaReg = float | str  # a number ≥ 0, AUTO or BEST
 
 
 def parse_lambda(value: Any, what: str = "lambda_reg") -> LambdaReg:
-    """``value`` as a float ≥ 0 or ``"auto"``; anything else (NaN, inf, negative, other text,
-    a bool) is a ConfigError naming it."""
+    """``value`` as a float ≥ 0, ``"auto"`` or ``"best"``; anything else (NaN, inf, negative,
+    other text, a bool) is a ConfigError naming it."""
     if isinstance(value, str):
         text = value.strip().lower()
-        if text == AUTO:
-            return AUTO
+        if text in (AUTO, BEST):
+            return text
         try:
             value = float(text)
         except ValueError:
             raise ConfigError(
-                f"{what}={value!r}; expected 'auto' or a finite number ≥ 0 (e.g. 0.01)."
+                f"{what}={value!r}; expected 'auto' or a finite number ≥ 0 (e.g. 0.01), or 'best' "
+                "(the λ `trak-dist eval` measured best)."
             ) from None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ConfigError(
-            f"{what}={value!r} ({type(value).__name__}); expected 'auto' or a finite number ≥ 0."
+            f"{what}={value!r} ({type(value).__name__}); expected 'auto' or a finite number ≥ 0, "
+            "or 'best'."
         )
     number = float(value)
     if not math.isfinite(number) or number < 0:
         raise ConfigError(
             f"{what}={number}; expected 'auto' or a finite number ≥ 0 (λ = 0 is traker's "
-            "default, 'auto' scales λ to the spectrum of XᵀX)."
+            "default, 'auto' scales λ to the spectrum of XᵀX, 'best' is what `trak-dist eval` "
+            "measured best)."
         )
     return number
 

@@ -23,6 +23,7 @@ from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.pipeline.worker import pick_device
+from trak_dist.scoring import resolve_best
 from trak_dist.serve._ann import AnnIndex
 from trak_dist.serve._index import AttributionIndex, TopK
 from trak_dist.serve._request import Item, RequestParser
@@ -57,11 +58,15 @@ class Attributor:
         for c, path in enumerate(paths):
             # the rows served were featurised from this very file (or the answers are not theirs)
             store.train_rows(c).binding.check(file_fingerprint(path), f"model_id={c}", store.where)
+        # best: the λ trak-dist eval recorded for the job's experiment and proj_dim
+        lam, _ = resolve_best(
+            store, cfg.scoring.exp_name, cfg.proj_dim, cfg.lambda_reg, cfg.scoring.kinv_scaling
+        )
         exact = AttributionIndex.from_store(
             store,
             self.model_ids,
             cfg.proj_dim,
-            cfg.lambda_reg,
+            lam,
             cfg.scoring.kinv_scaling,
             sv.index_dtype,
             sv.index_mmap_dir,

@@ -1,5 +1,6 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
+from trak_dist.store._best import record_best, recorded_best
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
@@ -31,6 +32,8 @@ __all__ = [
     "dataset_row_hashes",
     "file_fingerprint",
     "fingerprint",
+    "record_best",
+    "recorded_best",
     "row_hashes",
     "store_lock",
     "subset_mask",
