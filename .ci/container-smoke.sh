@@ -72,9 +72,11 @@ cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then
     echo "container-smoke: kept $WORK (CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF)"
   else
+    local t0=$SECONDS
     podman rm -af >/dev/null 2>&1
     podman system reset -f >/dev/null 2>&1   # every image and layer of our graphroot
     rm -rf --one-file-system "$WORK"
+    echo "container-smoke: removed the containers, the image and its storage in $((SECONDS - t0))s"
   fi
   exit $rc
 }
@@ -89,7 +91,9 @@ if [ ! -s "$BASE_TAR" ]; then
     || { tail -n 30 "$WORK/debootstrap.log"; fail "debootstrap failed"; }
   # debootstrap unmounts /proc and /sys of the rootfs when it succeeds; never tar or delete a
   # tree with a mount below it
-  if findmnt -rn -o TARGET | grep -q "^$WORK/rootfs"; then fail "mounts left under $WORK/rootfs"; fi
+  if findmnt -rn -o TARGET | grep "^$WORK/rootfs" >/dev/null; then
+    fail "mounts left under $WORK/rootfs"
+  fi
   tar -C "$WORK/rootfs" -cf "$BASE_TAR.part" .
   mv "$BASE_TAR.part" "$BASE_TAR"
   rm -rf --one-file-system "$WORK/rootfs"
@@ -113,13 +117,16 @@ if ! import_base && [ "$DRIVER" = overlay ]; then
 fi
 
 # The wheel stage's base: what python:3.12-slim-bookworm provides (Python and pip) on that Debian.
+t0=$SECONDS
 mkdir -p "$WORK/python-base"
 cat > "$WORK/python-base/Containerfile" <<EOF
 FROM localhost/trak-ci-debian:$SUITE
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip \
     && rm -rf /var/lib/apt/lists/*
 EOF
-podman build -q --pull=never -t localhost/trak-ci-python:$SUITE "$WORK/python-base" >/dev/null
+podman build -q --pull=never -t localhost/trak-ci-python:$SUITE "$WORK/python-base" \
+  > "$WORK/python-base.log" 2>&1 || { tail -n 30 "$WORK/python-base.log"; fail "the python base"; }
+PY_BASE_S=$((SECONDS - t0))
 PY_IN_BASE=$(podman run --rm --network none localhost/trak-ci-python:$SUITE \
   python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 PY_ON_HOST=$("$HOST_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -144,7 +151,8 @@ if [ ! -f "$WHEELS/.complete" ]; then
     > "$WORK/pip-download.log" 2>&1 || { tail -n 30 "$WORK/pip-download.log"; fail "pip download failed"; }
   touch "$WHEELS/.complete"
 fi
-echo "$(find "$WHEELS" -name '*.whl' -o -name '*.tar.gz' | wc -l) files, $(du -sh "$WHEELS" | cut -f1), $((SECONDS - t0))s"
+WHEELS_S=$((SECONDS - t0))
+echo "$(find "$WHEELS" -name '*.whl' -o -name '*.tar.gz' | wc -l) files, $(du -sh "$WHEELS" | cut -f1), ${WHEELS_S}s"
 printf '[global]\nno-index = true\nfind-links = /wheels\n' > "$WORK/pip.conf"
 
 step "podman build: docker/Dockerfile on the Debian base, CUDA_KERNEL=skip"
@@ -161,6 +169,10 @@ BUILD_S=$((SECONDS - t0))
 grep -q "no CUDA kernel (CUDA_KERNEL=skip): the torch projection" "$WORK/build.log" \
   || fail "the image's final check did not report the missing kernel ($WORK/build.log)"
 grep -E "^trak-dist [0-9]" "$WORK/build.log"
+# the wheelhouse and its pip.conf were mounts of the build: nothing of them is in the image
+podman run --rm --network none "$IMAGE" sh -c \
+  '! ls /wheels/*.whl >/dev/null 2>&1 && ! grep -qs find-links /etc/pip.conf' \
+  || fail "the build's wheelhouse or pip.conf stayed in the image"
 SIZE_B=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 echo "built in ${BUILD_S}s, $((SIZE_B / 1000000)) MB ($DRIVER storage: $(du -sh "$WORK/storage/graph" | cut -f1))"
 
@@ -253,14 +265,16 @@ EOF
 step "Ctrl-C stops the service: SIGINT, then exit status 0"
 podman kill -s INT "$SERVE_NAME" >/dev/null
 STATUS=$(timeout 120 podman wait "$SERVE_NAME") || fail "the service did not stop within 120 s"
-podman logs "$SERVE_NAME" 2>&1 | grep -q "trak-dist serve: stopping" || fail "no 'stopping' line"
-[ "$STATUS" = 0 ] || { podman logs --tail 30 "$SERVE_NAME"; fail "the service exited with $STATUS"; }
+podman logs "$SERVE_NAME" > "$WORK/serve.log" 2>&1
+[ "$STATUS" = 0 ] || { tail -n 30 "$WORK/serve.log"; fail "the service exited with $STATUS"; }
+grep -q "trak-dist serve: stopping" "$WORK/serve.log" || fail "no 'stopping' line in its log"
 SERVE_S=$((SECONDS - t0))
 
 step "passed"
 "$HOST_PYTHON" - "$DATA/serve_summary.json" <<EOF | tee "${TRAK_CONTAINER_SUMMARY:-/dev/null}"
 import json, sys
-summary = {"base": "$BASE_HOW", "base_s": $BASE_S, "storage_driver": "$DRIVER",
+summary = {"base": "$BASE_HOW", "base_s": $BASE_S, "python_base_s": $PY_BASE_S,
+           "wheels_s": $WHEELS_S, "storage_driver": "$DRIVER",
            "build_s": $BUILD_S, "image_mb": round($SIZE_B / 1e6), "job_s": $JOB_S,
            "serve_total_s": $SERVE_S, **json.load(open(sys.argv[1])), "total_s": $SECONDS}
 print(json.dumps(summary))

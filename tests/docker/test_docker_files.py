@@ -1,7 +1,8 @@
 """docker/ without a Docker engine: what these tests prove and what they do not.
 
 Proved here: the Dockerfile parses with BuildKit's own parser (the `dockerfile` package) and is
-hadolint-clean; it pins its base images and torch, builds cuda_ext, builds trak_dist's wheel and
+hadolint-clean; its base images are build args defaulting to pinned images, it pins torch, builds
+cuda_ext (or, with CUDA_KERNEL=skip, builds no kernel and says so), builds trak_dist's wheel and
 installs it so that conf/ and the kernel are found, and runs as a non-root user. .dockerignore
 (read with Docker's matching rules) sends what the Dockerfile copies and leaves environments,
 stores and outputs out. The compose file wires workers to the head, reserves GPUs, shares one
@@ -10,8 +11,9 @@ installed. The build's own commands (make in the kernel stage, pip wheel in the 
 wheel's install and the final check in the runtime stage) run here, verbatim, on a copy of the
 build context.
 
-Not proved: that the base images, apt packages and the CUDA torch wheel resolve (no registry but
-PyPI is reachable), that the image builds, that containers start, or that they see GPUs.
+Not proved here: that the base images, apt packages and the CUDA torch wheel resolve (no registry
+but PyPI is reachable), that the CUDA image builds, or that containers see GPUs. The image built
+on a local Debian base (CUDA_KERNEL=skip) and run is test_container.py's.
 """
 
 from __future__ import annotations
