@@ -7,7 +7,7 @@
 #   2. `trak-dist serve` on 0.0.0.0 with a bearer token, published on the host's 127.0.0.1 only,
 #      queried from the host (GET /health, POST /attribute with and without the token) and its
 #      top-k compared with the top-k the job stored for the same target.
-# It stops and removes its containers, image and storage at the end, and prints the timings.
+# It stops and removes its containers, images and storage at the end, and prints the timings.
 #
 #   sudo bash .ci/container-smoke.sh      # root: rootful podman, debootstrap; after make install-test
 #
@@ -73,9 +73,15 @@ cleanup() {
     echo "container-smoke: kept $WORK (CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF)"
   else
     local t0=$SECONDS
+    # every container and image of our graphroot (not `podman system reset`: it would also remove
+    # the machine's podman networks, which live outside the graphroot)
     podman rm -af >/dev/null 2>&1
-    podman system reset -f >/dev/null 2>&1   # every image and layer of our graphroot
-    rm -rf --one-file-system "$WORK"
+    podman rmi -af >/dev/null 2>&1
+    if findmnt -rn -o TARGET | grep "^$WORK/" >/dev/null; then
+      echo "container-smoke: mounts left under $WORK: not removed" >&2
+    else
+      rm -rf --one-file-system "$WORK"
+    fi
     echo "container-smoke: removed the containers, the image and its storage in $((SECONDS - t0))s"
   fi
   exit $rc
@@ -110,7 +116,8 @@ import_base() {
 }
 if ! import_base && [ "$DRIVER" = overlay ]; then
   echo "container-smoke: the overlay driver does not work here; vfs instead (slower, ~2 GB more)"
-  podman system reset -f >/dev/null 2>&1 || true
+  podman rmi -af >/dev/null 2>&1 || true
+  rm -rf --one-file-system "$WORK/storage"
   DRIVER=vfs
   configure vfs
   import_base
