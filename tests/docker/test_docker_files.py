@@ -1,7 +1,8 @@
 """docker/ without a Docker engine: what these tests prove and what they do not.
 
 Proved here: the Dockerfile parses with BuildKit's own parser (the `dockerfile` package) and is
-hadolint-clean; it pins its base images and torch, builds cuda_ext, builds trak_dist's wheel and
+hadolint-clean; its base images are build args defaulting to pinned images, it pins torch, builds
+cuda_ext (or, with CUDA_KERNEL=skip, builds no kernel and says so), builds trak_dist's wheel and
 installs it so that conf/ and the kernel are found, and runs as a non-root user. .dockerignore
 (read with Docker's matching rules) sends what the Dockerfile copies and leaves environments,
 stores and outputs out. The compose file wires workers to the head, reserves GPUs, shares one
@@ -10,8 +11,9 @@ installed. The build's own commands (make in the kernel stage, pip wheel in the 
 wheel's install and the final check in the runtime stage) run here, verbatim, on a copy of the
 build context.
 
-Not proved: that the base images, apt packages and the CUDA torch wheel resolve (no registry but
-PyPI is reachable), that the image builds, that containers start, or that they see GPUs.
+Not proved here: that the base images, apt packages and the CUDA torch wheel resolve (no registry
+but PyPI is reachable), that the CUDA image builds, or that containers see GPUs. The image built
+on a local Debian base (CUDA_KERNEL=skip) and run is test_container.py's.
 """
 
 from __future__ import annotations
@@ -65,19 +67,24 @@ def expand(text: str, args: dict[str, str]) -> str:
 
 
 def arg(decl: str, args: dict[str, str]) -> None:
+    """An ARG's default, with the ARGs declared before it expanded (as Docker does)."""
     name, _, default = decl.partition("=")
-    args[name] = shlex.split(default)[0]
+    args[name] = expand(shlex.split(default)[0], args) if default else ""
 
 
-@pytest.fixture(scope="module")
-def stages() -> list[Stage]:
+def dockerfile_commands() -> list[Any]:
     dockerfile = pytest.importorskip(
         "dockerfile",
         reason="the `dockerfile` package (BuildKit's parser; test extra, x86_64 and macOS wheels)",
     )
+    return list(dockerfile.parse_file(str(DOCKERFILE)))
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
     glob: dict[str, str] = {}
     out: list[Stage] = []
-    for c in dockerfile.parse_file(str(DOCKERFILE)):
+    for c in dockerfile_commands():
         if c.cmd == "FROM":
             name = c.value[2] if len(c.value) == 3 and c.value[1].upper() == "AS" else None
             out.append(Stage(name, expand(c.value[0], glob), {}))
@@ -103,15 +110,22 @@ def by_name(stages: list[Stage]) -> tuple[Stage, Stage, Stage]:
 
 
 def test_the_dockerfile_pins_cuda_and_torch_and_builds_the_kernel(stages):
-    kernel, _, runtime = by_name(stages)
-    # pinned CUDA images: a devel image (nvcc) for the kernel, the same CUDA version at runtime
+    kernel, wheel, runtime = by_name(stages)
+    # pinned CUDA images by default: a devel image (nvcc) for the kernel, the same CUDA version at
+    # runtime
     pin = r"nvidia/cuda:(\d+\.\d+\.\d+)-(\w+)-ubuntu\d+\.\d+"
     k, r = re.fullmatch(pin, kernel.base), re.fullmatch(pin, runtime.base)
     assert k and r, (kernel.base, runtime.base)
     assert k[2] == "devel" and k[1] == r[1]
     assert kernel.name and runtime.name is None
-    # cuda_ext built at image build, sm_80 and sm_90 machine code plus compute_90 PTX
-    assert any(run.startswith("make -C cuda_ext") for run in kernel.runs())
+    assert re.fullmatch(r"python:3\.\d+-slim-\w+", wheel.base), wheel.base
+    # each stage's base is a build arg (CI builds on a local Debian base: .ci/container-smoke.sh)
+    froms = [c.value[0] for c in dockerfile_commands() if c.cmd == "FROM"]
+    assert froms == ["${KERNEL_BASE}", "${WHEEL_BASE}", "${BASE}"], froms
+    # cuda_ext built at image build (the default CUDA_KERNEL=build), sm_80 and sm_90 machine code
+    # plus compute_90 PTX
+    assert kernel.args["CUDA_KERNEL"] == runtime.args["CUDA_KERNEL"] == "build"
+    assert any("make -C cuda_ext" in run for run in kernel.runs())
     assert kernel.args["CUDA_ARCHS"].split() == ["sm_80", "sm_90"]
     assert kernel.args["CUDA_PTX_ARCH"] == "compute_90"
     # torch through a build arg holding a pinned spec, installed before the other dependencies
@@ -144,10 +158,11 @@ def test_the_image_installs_the_wheel_and_finds_the_kernel_and_runs_as_a_user(st
     assert not {"conf/", "launch/", "trak_dist/"} & {dest for _, dest in runtime_copies}
     env = runtime.env()
     assert "TRAK_DIST_CONF" not in env  # uploaded working dirs then read their own conf/
-    # the kernel copied from the devel stage to where TRAK_DIST_CUDA_LIB points
-    built = f"/src/cuda_ext/build/{LIB}"
-    assert runtime_copies[((f"--from={kernel.name}",), f"lib/{LIB}")] == (built,)
+    # the kernel, built in the devel stage and put in /src/out/, copied to where
+    # TRAK_DIST_CUDA_LIB points
     assert [s.value[0] for s in kernel.steps if s.cmd == "WORKDIR"] == ["/src"]
+    assert any(f"cp cuda_ext/build/{LIB} out/" in run for run in kernel.runs())
+    assert runtime_copies[((f"--from={kernel.name}",), "lib/")] == ("/src/out/",)
     assert env["TRAK_DIST_CUDA_LIB"] == f"{src}/lib/{LIB}"
     # the final check loads both, so a broken install fails the build
     assert any("trak-dist --cfg job" in r and "load_library()" in r for r in runtime.runs())
@@ -360,7 +375,7 @@ def test_the_kernel_build_step_makes_the_intended_nvcc_call(stages, tmp_path):
     shutil.copytree(
         ROOT / "cuda_ext", tmp_path / "cuda_ext", ignore=shutil.ignore_patterns("build")
     )
-    (make,) = [r for r in kernel.runs() if r.startswith("make ")]
+    (make,) = [m[0] for r in kernel.runs() if (m := re.search(r"make -C cuda_ext [^;&\\]*", r))]
     out = run_step(make.replace("make ", "make -n ", 1), tmp_path, {**os.environ, **kernel.args})
     for sm in ("80", "90"):
         assert f"-gencode arch=compute_{sm},code=sm_{sm}" in out
@@ -368,14 +383,55 @@ def test_the_kernel_build_step_makes_the_intended_nvcc_call(stages, tmp_path):
     assert "--cudart static" in out and f"-o build/{LIB}" in out
 
 
+def test_cuda_kernel_skip_builds_no_kernel_and_the_image_check_says_so(stages, tmp_path):
+    """CUDA_KERNEL=skip, for a base without nvcc (CI's Debian): the kernel stage's steps install
+    nothing and leave out/ empty, and the runtime stage's final check passes without a library
+    and says so; any other value than build or skip stops the build and names the value. The
+    steps run verbatim (the final check with this interpreter's trak-dist)."""
+    kernel, _, runtime = by_name(stages)
+    apt_step, make_step = kernel.runs()
+    assert APT in apt_step and "make -C cuda_ext" in make_step
+    env = {**os.environ, **kernel.args, "CUDA_KERNEL": "skip", "PATH": "/nonexistent"}
+    run_step(f"{apt_step}\n{make_step}", tmp_path, {**env, "PATH": "/usr/bin:/bin"})
+    assert (tmp_path / "out").is_dir() and list((tmp_path / "out").iterdir()) == []
+    bad = subprocess.run(
+        ["bash", "-c", make_step],
+        cwd=tmp_path,
+        env={**env, "CUDA_KERNEL": "yes", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and "CUDA_KERNEL=yes: expected build or skip" in bad.stderr
+    (check,) = [r for r in runtime.runs() if "trak-dist --cfg job" in r]
+    lib = tmp_path / "lib" / LIB
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "CUDA_KERNEL": "skip",
+        "TRAK_DIST_CUDA_LIB": str(lib),
+    }
+    out = run_step(check, tmp_path, env)
+    assert "no CUDA kernel (CUDA_KERNEL=skip): the torch projection" in out
+    # a library where none was asked for is a broken build
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    again = subprocess.run(["bash", "-c", check], cwd=tmp_path, env=env, capture_output=True)
+    assert again.returncode != 0
+
+
 # RUN steps not replayed: package managers and installs that need the network, and the user
+# (apt-get anywhere in the step: the kernel stage's runs under an `if`)
+APT = "apt-get "
 SKIPPED = (
-    "apt-get ",
     "python3 -m venv ",
     "pip install ${TORCH_SPEC}",
     'python -c "import tomllib',
     "useradd ",
 )
+
+
+def skipped(run: str) -> bool:
+    return run.startswith(SKIPPED) or APT in run
 
 
 @pytest.mark.slow
@@ -428,7 +484,7 @@ def test_the_build_steps_run_here(stages, tmp_path):
                         target = target / origin.name if dest.endswith("/") else target
                         target.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(origin, target)
-            elif step.cmd == "RUN" and not step.value[0].startswith(SKIPPED):
+            elif step.cmd == "RUN" and not skipped(step.value[0]):
                 run_step(step.value[0], cwd, env)
                 if "pip install --no-deps " in step.value[0]:
                     # the dependencies this interpreter already has, after trak_dist
