@@ -2,7 +2,8 @@
 that asks it? A small Llama-architecture model, attributed from the command-line inputs
 (``model=hf``, ``data=text``) through ``trak_dist.run`` with default settings.
 
-    python -m benchmarks.planted_facts [--facts 40] [--filler 160] [--epochs 60]
+    python -m benchmarks.planted_facts [--facts 40] [--filler 160] [--epochs 60] [--seed 0]
+                                       [--proj-dim 512]
 
 Each fact "the password of NAME is WORD." (NAME and WORD made-up, used once) is stated once, at
 the start of a document that goes on with filler; the other documents are filler. Targets are
@@ -74,7 +75,9 @@ def corpus(facts: int, filler: int, seed: int = 0) -> tuple[list[str], list[dict
     return docs, targets, where
 
 
-def build(root: Path, docs: list[str], targets: list[dict], epochs: int) -> list[str]:
+def build(
+    root: Path, docs: list[str], targets: list[dict], epochs: int, seed: int = 0
+) -> list[str]:
     """Tokenizer, model and three checkpoint directories under ``root``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -85,7 +88,7 @@ def build(root: Path, docs: list[str], targets: list[dict], epochs: int) -> list
     texts = docs + [t["prompt"] + t["completion"] for t in targets]
     raw.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=512, special_tokens=["<pad>"]))
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<pad>")
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=64,
@@ -102,7 +105,7 @@ def build(root: Path, docs: list[str], targets: list[dict], epochs: int) -> list
     enc = tok(docs, padding=True, return_tensors="pt")
     labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     out = []
     for k in range(3):
         model.train()
@@ -155,12 +158,14 @@ def main() -> None:
     ap.add_argument("--facts", type=int, default=40)
     ap.add_argument("--filler", type=int, default=160)
     ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--seed", type=int, default=0, help="of the corpus, the model and training")
+    ap.add_argument("--proj-dim", type=int, default=512)
     args = ap.parse_args()
-    docs, targets, where = corpus(args.facts, args.filler)
+    docs, targets, where = corpus(args.facts, args.filler, args.seed)
     rows = [["TF-IDF", *metrics(tfidf(docs, targets), where), 0.0]]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        ckpts = build(root, docs, targets, args.epochs)
+        ckpts = build(root, docs, targets, args.epochs, args.seed)
         for kind in ("rademacher", "kronecker"):
             t0 = time.perf_counter()
             result = trak_dist.run(
@@ -170,6 +175,7 @@ def main() -> None:
                 targets=str(root / "targets.jsonl"),
                 task="causal_lm",
                 store=str(root / f"{kind}.zarr"),
+                proj_dim=args.proj_dim,
                 projection=ProjectionConfig(kind=kind),
                 progress=False,
                 report=None,
@@ -179,7 +185,7 @@ def main() -> None:
             )
     print(
         f"{args.facts} facts, {args.facts + args.filler} documents, {args.epochs} epochs, "
-        "3 checkpoints, proj_dim 512, lambda auto"
+        f"seed {args.seed}, 3 checkpoints, proj_dim {args.proj_dim}, lambda auto"
     )
     print(table(["ranking", "top-1", "MRR", "recall@10", "seconds"], rows))
 

@@ -78,6 +78,10 @@ def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
     assert report["trak_dist_version"] == version("trak_dist")
     assert report["store_format_version"] == FORMAT_VERSION
     assert (tmp_path / "trak_store.zarr").is_dir()
+    # digits are images: the report links a picture of targets beside their proponents
+    assert report["figure"] == "trak_report.png"
+    assert (tmp_path / "run1" / "trak_report.png").stat().st_size > 10_000
+    assert "](trak_report.png)" in (tmp_path / "run1" / "trak_report.md").read_text()
     # score a new target set (the train set itself) against the existing store
     second = trak_dist(
         [

@@ -155,3 +155,46 @@ def test_score_sets_expose_their_attributes(scored):
     sset = store.score_set("t", "p10_lambdaauto")
     assert isinstance(sset, ScoreSet) and sset.attrs["lambda_reg"] == "auto"
     assert store.score_variants("t") == ["p10_lambda0.5", "p10_lambdaauto"]
+
+
+class Texts(TensorDataset):
+    """Rows with ``decode`` (as ``data=text`` datasets): row i reads "row i | `x`"."""
+
+    def decode(self, i):
+        return f"row {i} | `x`   " + "word " * 30
+
+
+def test_text_data_show_decoded_targets_proponents_and_opponents(scored):
+    store, result, train, targets = scored
+    summary = summarize(result, Texts(*train.tensors), Texts(*targets.tensors))
+    ex = summary["variants"][0]["examples"][0]
+    top = store.score_set("t", summary["variants"][0]["variant"]).read_topk()
+    assert ex["target_text"].startswith("row 0 | `x` word")
+    assert len(ex["target_text"]) == 80 and ex["target_text"].endswith("…")
+    assert ex["proponent_texts"][0].startswith(f"row {top['proponents_idx'][0, 0]} |")
+    assert ex["opponent_texts"][0].startswith(f"row {top['opponents_idx'][0, 0]} |")
+    text = to_markdown(summary)
+    first = int(top["proponents_idx"][0, 0])
+    score = top["proponents_val"][0, 0]
+    assert f"- + {first} {float(f'{score:.4g}'):+.4g}: `row {first} | 'x' word" in text
+    assert f"- − {int(top['opponents_idx'][0, 0])} " in text
+    assert "**target 0**: `row 0 | 'x' word" in text
+
+
+def test_image_data_get_a_picture_of_targets_and_proponents(scored, tmp_path):
+    from PIL import Image
+
+    _store, result, train, targets = scored
+    images = TensorDataset(torch.rand(N, 64), train.tensors[1])  # flat 8×8, like digits
+    shown = TensorDataset(torch.rand(M, 64), targets.tensors[1])
+    summary = summarize(result, images, shown, figure=tmp_path / "r.png")
+    assert summary["figure"] == "r.png"
+    assert "![targets (left), their top proponents" in to_markdown(summary)
+    assert "](r.png)" in to_markdown(summary)
+    with Image.open(tmp_path / "r.png") as png:
+        width, height = png.size
+    # 4 targets (rows) × (target + 3 proponents + 3 opponents) cells
+    assert width > height > 0
+    # not images (one feature per sample): no picture, and nothing said about one
+    plain = summarize(result, train, targets, figure=tmp_path / "s.png")
+    assert "figure" not in plain and not (tmp_path / "s.png").exists()

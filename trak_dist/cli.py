@@ -67,10 +67,12 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     job = OmegaConf.to_object(cfg)
     assert isinstance(job, JobConfig)  # the schema is JobConfig
     result = run_job(job, keep_alive=multirun)
-    summary = summarize(result, job.data.train, job.data.targets, job.data.kwargs)
+    stem = Path(hc.runtime.output_dir) / job.report if job.report else None
+    figure = None if stem is None else stem.with_suffix(".png")
+    summary = summarize(result, job.data.train, job.data.targets, job.data.kwargs, figure)
     summary["overrides"] = list(hc.overrides.task)
-    if job.report:
-        md, _ = write(summary, Path(hc.runtime.output_dir) / job.report)
+    if stem is not None:
+        md, _ = write(summary, stem)
         summary["report"] = str(md)
     print(to_markdown(summary))
     if job.report:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
-from trak_dist.batches import Batch, batch_size, micro_batches
+from trak_dist._padding import length_order, trim
+from trak_dist.batches import Batch, batch_size, micro_batches, select
 from trak_dist.errors import ConfigError, LabelError
 from trak_dist.gradients import GradientComputer, HookGradientComputer, ParamLayout, kronecker_views
 from trak_dist.projection import (
@@ -58,23 +59,37 @@ class Featurizer:
     def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients on the CPU (LabelError: a label
         outside the model's classes, at its batch position)."""
-        out = []
-        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
-            with _in_batch(start, mb):
+        out, rows = [], []
+        for where, mb in self._pieces(batch):
+            with _in_batch(where):
                 out.append(self._micro_batch(mb, model_id, with_q=False)[0])
-        return torch.cat(out)
+            rows.extend(where)
+        return _in_order(torch.cat(out), rows)
 
     def featurize(self, batch: Batch, model_id: int) -> tuple[Tensor, Tensor]:
         """``([B, p], [B])``: projected gradients and Q, float32 on the CPU (LabelError as
         :meth:`project`)."""
-        xs, qs = [], []
-        for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
-            with _in_batch(start, mb):
+        xs, qs, rows = [], [], []
+        for where, mb in self._pieces(batch):
+            with _in_batch(where):
                 x, q = self._micro_batch(mb, model_id, with_q=True)
                 # out_to_loss runs outside vmap: a label vmap could not read is named here
                 qs.append(self.computer.out_to_loss(mb).cpu() if q is None else q)
             xs.append(x)
-        return torch.cat(xs), torch.cat(qs)
+            rows.extend(where)
+        return _in_order(torch.cat(xs), rows), _in_order(torch.cat(qs), rows)
+
+    def _pieces(self, batch: Batch) -> Iterator[tuple[list[int], Batch]]:
+        """Micro-batches and the batch positions of their rows. A right-padded token batch is
+        grouped by length and each piece cut to its longest row (``_padding``: less padding
+        in the passes, the same gradients up to float rounding)."""
+        order = length_order(batch)
+        if order is None:
+            for start, mb in _offsets(micro_batches(batch, self.micro_batch)):
+                yield list(range(start, start + batch_size(mb))), mb
+            return
+        for start, mb in _offsets(micro_batches(select(batch, order), self.micro_batch)):
+            yield order[start : start + batch_size(mb)].tolist(), trim(mb)
 
     def _micro_batch(self, mb: Batch, model_id: int, with_q: bool) -> tuple[Tensor, Tensor | None]:
         """The scaled projection of one micro-batch (CPU) and, where the hook engine's task
@@ -131,13 +146,22 @@ def _offsets(pieces: list[Batch]) -> Iterator[tuple[int, Batch]]:
         start += batch_size(mb)
 
 
+def _in_order(rows_out: Tensor, rows: list[int]) -> Tensor:
+    """``rows_out`` (row k is batch position ``rows[k]``) in batch order."""
+    if rows == list(range(len(rows))):
+        return rows_out
+    out = torch.empty_like(rows_out)
+    out[torch.as_tensor(rows)] = rows_out
+    return out
+
+
 @contextmanager
-def _in_batch(start: int, mb: Batch) -> Iterator[None]:
+def _in_batch(rows: Sequence[int]) -> Iterator[None]:
     """Restate a LabelError's micro-batch positions as positions in the whole batch."""
     try:
         yield
     except LabelError as e:
-        raise e.at(range(start, start + batch_size(mb)), "batch positions") from None
+        raise e.at(rows, "batch positions") from None
 
 
 def build_featurizer(

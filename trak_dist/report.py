@@ -1,6 +1,7 @@
 """The run report: phase times, where results are, reuse counts, the λ used per checkpoint, how
-often proponents share their target's label, top proponents of a few targets, and the LDS when
-``trak-dist eval`` has stored subset models for the experiment."""
+often proponents share their target's label, top proponents of a few targets (as decoded text
+for text data; with a PNG of targets beside their proponents and opponents for images), and the
+LDS when ``trak-dist eval`` has stored subset models for the experiment."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from trak_dist._version import __version__
 from trak_dist.errors import StoreStateError
+from trak_dist.explain._show import shorten
 from trak_dist.pipeline import JobResult
 from trak_dist.scoring import AUTO, auto_rule
 from trak_dist.sources import build_dataset
@@ -19,6 +21,7 @@ from trak_dist.store import FeatureStore
 
 SHOW_TARGETS = 3
 AGREEMENT_TARGETS = 100
+TEXT_WIDTH = 80  # characters of decoded text per example
 
 
 def _label(dataset: Any, i: int) -> int | None:
@@ -52,15 +55,34 @@ def _lds(store: str, exp: str, variant: str) -> dict[str, Any]:
     return {"lds": row.result.to_json()}
 
 
+def _figure(train: Any, targets: Any, top: Any, path: Path) -> dict[str, Any]:
+    """``{"figure": file name}`` once the PNG is written, ``{"figure_error": why}`` when it
+    cannot be, ``{}`` when the data are no images."""
+    from trak_dist._figure import is_image_data, write_figure
+
+    if not (is_image_data(train) and is_image_data(targets)):
+        return {}
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return {"figure_error": "matplotlib is not installed (pip install 'trak_dist[plot]')"}
+    write_figure(train, targets, top, path)
+    return {"figure": path.name}
+
+
 def summarize(
     result: JobResult,
     train_ref: Any = None,
     target_ref: Any = None,
     data_kwargs: dict[str, Any] | None = None,
+    figure: str | Path | None = None,
 ) -> dict[str, Any]:
-    """A JSON-able summary of ``result``; with the datasets, labels of targets and proponents
-    and the share of top-k proponents sharing their target's label. The store is opened only to
-    look for ``trak-dist eval``'s subset models."""
+    """A JSON-able summary of ``result``; with the datasets, labels of targets and proponents,
+    the share of top-k proponents sharing their target's label and, for text datasets, the
+    decoded text of targets, proponents and opponents. With ``figure`` (a ``.png`` path) and
+    image targets, the picture of ``trak_dist._figure`` is written there (matplotlib needed:
+    else the summary says so). The store is opened only to look for ``trak-dist eval``'s
+    subset models."""
     out: dict[str, Any] = {
         "trak_dist_version": __version__,
         "store": str(Path(result.store).resolve()),
@@ -99,11 +121,20 @@ def summarize(
                 "proponents": top.proponents_idx[t, :5].tolist(),
                 "proponent_scores": [float(f"{s:.4g}") for s in top.proponents_val[t, :5]],
                 "opponents": top.opponents_idx[t, :5].tolist(),
+                "opponent_scores": [float(f"{s:.4g}") for s in top.opponents_val[t, :5]],
             }
             if train is not None and targets is not None:
                 ex["target_label"] = _label(targets, t)
                 ex["proponent_labels"] = [_label(train, i) for i in ex["proponents"]]
+                if hasattr(train, "decode") and hasattr(targets, "decode"):
+                    ex["target_text"] = shorten(targets.decode(t), TEXT_WIDTH)
+                    for side in ("proponents", "opponents"):
+                        ex[f"{side[:-1]}_texts"] = [
+                            shorten(train.decode(int(i)), TEXT_WIDTH) for i in ex[side]
+                        ]
             entry["examples"].append(ex)
+        if figure is not None and "figure" not in out and train is not None:
+            out.update(_figure(train, targets, top, Path(figure)))
         if train is not None and targets is not None and _label(targets, 0) is not None:
             shown = min(AGREEMENT_TARGETS, result.m, len(top.proponents_idx))
             same = [
@@ -133,8 +164,19 @@ def to_markdown(summary: dict[str, Any]) -> str:
         "| --- | ---: |",
         *[f"| {k} | {v:.2f} |" for k, v in summary["phases_s"].items()],
     ]
+    if "figure" in summary:
+        lines += [
+            "",
+            f"![targets (left), their top proponents (green) and opponents (red), with labels "
+            f"and scores]({summary['figure']})",
+        ]
+    elif "figure_error" in summary:
+        lines += ["", f"(no picture of targets and proponents: {summary['figure_error']})"]
     for v in summary["variants"]:
         lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", "", *_quality(v), ""]
+        if v["examples"] and "target_text" in v["examples"][0]:
+            lines += _text_examples(v["examples"])
+            continue
         lines += [
             "Example targets and their strongest proponents (the train examples whose presence "
             "most raises the model's output on the target), as train index (label):",
@@ -153,6 +195,29 @@ def to_markdown(summary: dict[str, Any]) -> str:
                 f"{', '.join(map(str, ex['proponent_scores']))} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _text_examples(examples: list[dict[str, Any]]) -> list[str]:
+    """Targets with their top proponents (+) and opponents (−) as decoded text."""
+    lines = [
+        "Example targets, their strongest proponents (+: the train examples whose presence "
+        "most raises the model's output on the target) and opponents (−), as train index, "
+        "score and text:",
+    ]
+    for ex in examples:
+        lines += ["", f"**target {ex['target']}**: `{_code(ex['target_text'])}`", ""]
+        for side, mark in (("proponent", "+"), ("opponent", "−")):
+            idx = ex[f"{side}s"]
+            vals = ex.get(f"{side}_scores") or [None] * len(idx)
+            for i, val, text in zip(idx, vals, ex[f"{side}_texts"], strict=True):
+                score = "" if val is None else f" {val:+.4g}"
+                lines.append(f"- {mark} {i}{score}: `{_code(text)}`")
+    return lines
+
+
+def _code(text: str) -> str:
+    """Text safe inside a Markdown code span."""
+    return text.replace("`", "'")
 
 
 def _quality(v: dict[str, Any]) -> list[str]:

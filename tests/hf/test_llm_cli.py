@@ -102,6 +102,12 @@ def test_readme_command_equals_the_python_api(tmp_path, arch):
     assert cli.shape == (40, 6)
     expected = api_scores(tmp_path, ckpts)
     np.testing.assert_allclose(cli, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
+    # the run report names targets and proponents by their text
+    first = report["variants"][0]["examples"][0]
+    prompt = llm_models.targets()[0]
+    assert first["target_text"] == prompt["prompt"] + prompt["completion"]
+    assert first["proponent_texts"][0] == llm_models.sentences(40)[first["proponents"][0]]
+    assert f"**target 0**: `{first['target_text']}`" in out.stdout
     # the README's show command prints the same top proponent, as text
     shown = run_cli([*show, *SMALL, "show.json=true", "show.k=1"], tmp_path)
     assert shown.returncode == 0, shown.stderr[-3000:]

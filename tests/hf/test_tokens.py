@@ -1,4 +1,5 @@
-"""Per-token explanations: the token scores of a train example add up to its score."""
+"""Per-token explanations: the token scores of a train example add up to its score, and a span
+planted in one train example, which a target asks, carries that example's score."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from trak_dist.config import (
 from trak_dist.explain._tokens import TokenExplainer, token_batch
 from trak_dist.store import FeatureStore
 
+PLANTED = 25  # the train row that states the planted span
+SPAN = "zyx qwv jkp"
+
 
 def test_token_batch_counts_one_token_per_copy():
     import torch
@@ -36,7 +40,15 @@ def test_token_batch_counts_one_token_per_copy():
 @pytest.mark.slow
 @pytest.mark.ray
 def test_token_scores_sum_to_the_example_scores(tmp_path):
-    ckpts = llm_models.checkpoints(tmp_path, "llama")
+    docs = llm_models.sentences(40)
+    # a span no other document has, in the middle of filler: its tokens, and only they, are
+    # what the planted target asks of this document
+    docs[PLANTED] = f"the old bird {SPAN} near the river"
+    ckpts = llm_models.checkpoints(tmp_path, "llama", docs=docs)
+    llm_models.write_jsonl(
+        tmp_path / "targets.jsonl",
+        [*llm_models.targets(), {"prompt": "the old bird", "completion": f" {SPAN}"}],
+    )
     args = [
         "task=causal_lm",
         "model=hf",
@@ -75,7 +87,7 @@ def test_token_scores_sum_to_the_example_scores(tmp_path):
         for side in ("proponents", "opponents")
         for t in range(m)
         for k in range(2)
-    } | {(0, 0), (39, m - 1)}
+    } | {(0, 0), (39, m - 1), (PLANTED, m - 1)}
     found = TokenExplainer(cfg, train).explain(sorted(pairs))
     for (i, t), (positions, tokens) in found.items():
         # one score per counted token (every real token after the first, for a text column)
@@ -83,3 +95,12 @@ def test_token_scores_sum_to_the_example_scores(tmp_path):
         np.testing.assert_allclose(
             tokens.sum().item(), s[i, t], rtol=1e-4, atol=1e-6 * np.abs(s).max()
         )
+    # the planted span: its tokens, and no other, hold the document's top token scores for
+    # the target that asks it (positions are those of the tokens predicted)
+    positions, tokens = found[(PLANTED, m - 1)]
+    tok = train.tokenizer
+    start = len(tok("the old bird")["input_ids"])
+    end = len(tok(f"the old bird {SPAN}")["input_ids"])
+    best = positions[tokens.argsort(descending=True)[: end - start]]
+    assert sorted(best.tolist()) == list(range(start, end)), (positions, tokens)
+    assert tokens[(positions >= start) & (positions < end)].sum() > 0.5 * tokens.sum()

@@ -56,7 +56,7 @@ def test_outputs_and_q_match_each_sequence_alone(model64, form):
     ids, mask = padded_tokens(6)
     assert (mask == 0).any()  # padding is exercised
     batch = (ids, mask) if form == "tuple" else {"input_ids": ids, "attention_mask": mask}
-    task = CausalLM()
+    task = CausalLM(q="mean")
     f_ref, q_ref = reference(model64, ids, mask)
     weights, buffers = params_of(model64)
     torch.testing.assert_close(task.get_outputs(model64, batch), f_ref, rtol=1e-9, atol=1e-9)
@@ -76,7 +76,7 @@ def test_hf_labels_leave_positions_out(model64):
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     f_ref, q_ref = reference(model64, ids, mask, skip_first=2)
     weights, buffers = params_of(model64)
-    task = CausalLM()
+    task = CausalLM(q="mean")
     torch.testing.assert_close(task.get_outputs(model64, batch), f_ref, rtol=1e-9, atol=1e-9)
     q = task.get_out_to_loss_grad(model64, weights, buffers, (ids, mask, labels))
     torch.testing.assert_close(q, q_ref, rtol=1e-9, atol=1e-12)
@@ -88,7 +88,7 @@ def test_q_is_minus_dloss_df_along_uniform_token_shifts(model64):
     margin: CE_t = softplus(−margin_t)."""
     ids, mask = padded_tokens(3)
     weights, buffers = params_of(model64)
-    q = CausalLM().get_out_to_loss_grad(model64, weights, buffers, (ids, mask))
+    q = CausalLM(q="mean").get_out_to_loss_grad(model64, weights, buffers, (ids, mask))
     for i in range(3):
         seq = ids[i, mask[i].bool()]
         with torch.no_grad():
@@ -107,18 +107,37 @@ def test_one_predicted_token_is_classification_over_the_vocabulary(model64):
     weights, buffers = params_of(model64)
     with torch.no_grad():
         z = model64(input_ids=ids, attention_mask=mask).logits[:, 0]
-    task = CausalLM()
+    task = CausalLM(q="mean")
     torch.testing.assert_close(task.get_outputs(model64, (ids, mask)), margin(z, ids[:, 1]))
     p = torch.softmax(z, -1)[torch.arange(5), ids[:, 1]]
     q = task.get_out_to_loss_grad(model64, weights, buffers, (ids, mask))
     torch.testing.assert_close(q, 1 - p)
 
 
+def test_default_q_is_one_for_every_document(model64):
+    """q="one" (the default): every document weighs alike, however well the model predicts it;
+    the output f is the same as q="mean"'s."""
+    ids, mask = padded_tokens(4)
+    weights, buffers = params_of(model64)
+    task = CausalLM()
+    q = task.get_out_to_loss_grad(model64, weights, buffers, (ids, mask))
+    assert q.tolist() == [1.0] * 4
+    f, q2 = task.get_outputs_and_q(model64, (ids, mask))
+    assert q2.tolist() == [1.0] * 4
+    f_ref, _ = reference(model64, ids, mask)
+    torch.testing.assert_close(f, f_ref, rtol=1e-9, atol=1e-9)
+
+
+def test_unknown_q_is_a_config_error():
+    with pytest.raises(ConfigError, match="q='median'"):
+        CausalLM(q="median")
+
+
 def test_no_counted_position_gives_zero_output_and_q(model64):
     ids, mask = padded_tokens(2)
     labels = torch.full_like(ids, -100)
     weights, buffers = params_of(model64)
-    task = CausalLM()
+    task = CausalLM(q="mean")
     assert task.get_outputs(model64, (ids, mask, labels)).eq(0).all()
     assert task.get_out_to_loss_grad(model64, weights, buffers, (ids, mask, labels)).eq(0).all()
 
@@ -143,7 +162,7 @@ def test_vmap_gradients_with_eager_attention_match_autograd():
     model = gpt2_lm("eager", seed=2).double()
     assert model.lm_head.weight is model.transformer.wte.weight
     ids, mask = padded_tokens(4)
-    task = CausalLM()
+    task = CausalLM(q="mean")
     vm = GradientComputer(model, task).per_sample_grads((ids, mask))
     names = list(vm)
     ref = plain_grads(model, task, (ids, mask), names)

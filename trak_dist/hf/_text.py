@@ -5,7 +5,8 @@ objects, which ``sources.build_dataset`` calls like any dataset factory, on the 
 every worker. Rows keep the file's order (row i of the store is row i of the file), and each
 dataset is padded on the right to its own longest row, not to ``max_length``: the padding
 width must not depend on how rows are batched, because a row's stored hash (and the dataset
-fingerprint) is taken from its padded tensors.
+fingerprint) is taken from its padded tensors. The featuriser groups rows by length and skips
+that padding in its passes (``trak_dist._padding``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from trak_dist.tasks._base import BatchedOutput, Params, margin, valid_labels
 from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 IGNORE_INDEX = -100  # Hugging Face's "no loss here" label
+Q_MODES = ("one", "mean")
 
 
 class CausalLM(BatchedOutput):
@@ -25,21 +26,39 @@ class CausalLM(BatchedOutput):
 
         margin_t = log p_t/(1 − p_t) = z_t[y_t] − logsumexp_{v ≠ y_t} z_t[v]
         f        = Σ_{t∈𝒯} margin_t
-        Q        = (1/|𝒯|) Σ_{t∈𝒯} (1 − p_t)                       (0 when 𝒯 is empty)
+        Q        = 1                                  (q="one", the default)
+        Q        = (1/|𝒯|) Σ_{t∈𝒯} (1 − p_t)          (q="mean"; 0 when 𝒯 is empty)
 
-    Why: with L = Σ_t ℓ_t, ∂ℓ_t/∂margin_t = −(1 − p_t) (per token TRAK's classification pair).
-    TRAK needs one f and Q with ∇θL ≈ −Q ∇θf; with f the summed margin, raising every margin
-    alike gives Q = mean (1 − p_t): exact when the (1 − p_t) are equal, least-squares when the
-    per-token gradients are orthogonal with equal norms, and free. HF's token-mean loss only
-    scales all scores alike.
+    Why Q = 1 by default: TRAK's out-to-loss weight comes from a one-output model, where
+    ∇θℓ = −(1 − p) ∇θf exactly. A document is |𝒯| outputs, ∇θL = −Σ_t (1 − p_t) ∇θmargin_t,
+    and one scalar per document cannot carry per-token weights. ``q="mean"`` is the scalar
+    that is exact when the (1 − p_t) are equal; in a document the model has learnt in part
+    they are not: the tokens it memorised have 1 − p_t ≈ 0 and the rest keep theirs, so the
+    mean shrinks exactly the documents that taught the model what a target asks, whatever
+    tokens the target's score came from. On the planted-fact benchmark
+    (``benchmarks.planted_facts``: 40 facts, 200 documents) the stating documents' mean
+    Q was 0.11 against 0.28 for the others and the stating document was the top proponent for
+    23–30 % of the targets; with Q = 1, 90–100 % (benchmarks/RESULTS.md, "Planted facts").
+    HF's token-mean loss only scales all scores alike.
 
     A batch is ``(input_ids, attention_mask[, labels])`` or a dict (``input_ids``, optional
     ``attention_mask``, ``labels``, ``token_type_ids``, ``position_ids``). Pad on the right, or
     pass ``position_ids`` with left padding.
 
     Args:
-        temperature: softmax temperature of Q.
+        temperature: softmax temperature of Q (``q="mean"``).
+        q: ``"one"`` (default) or ``"mean"``: the out-to-loss weight above (on the command
+            line ``+task.kwargs.q=mean``).
     """
+
+    def __init__(self, temperature: float = 1.0, q: str = "one") -> None:
+        super().__init__(temperature)
+        if q not in Q_MODES:
+            raise ConfigError(
+                f"causal_lm: q={q!r}; expected one of {list(Q_MODES)} (task.kwargs.q): 'one' "
+                "weighs every document alike, 'mean' by its mean 1 − p over counted tokens."
+            )
+        self.q = q
 
     @staticmethod
     def _split(batch: Batch) -> tuple[dict[str, Tensor], Tensor, Tensor]:
@@ -110,6 +129,8 @@ class CausalLM(BatchedOutput):
         # a token id ≥ the vocabulary: a LabelError, not gather's index error
         with _per_sample(targets):
             valid_labels(z.reshape(-1, z.shape[-1]), targets.reshape(-1))
+        if self.q == "one":
+            return torch.ones(z.shape[0], dtype=z.dtype, device=z.device)
         probs = torch.softmax(z / self.loss_temperature, dim=-1)
         p = probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         residual = torch.where(counted, 1 - p, 0).sum(dim=1)
