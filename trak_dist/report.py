@@ -90,6 +90,16 @@ def summarize(
             "path": v.path,
             "lambdas": [float(f"{x:.4g}") for x in v.lambdas],
             "seconds": round(v.seconds, 3),
+            "scoring": {
+                "write_scores": v.write_scores,
+                "super_block": v.super_block,
+                "x_passes": v.x_passes,
+                "blocks": v.blocks,
+                "blocks_computed": v.blocks_computed,
+                "blocks_reused": v.blocks_reused,
+                "bytes_read": v.bytes_read,
+                "bytes_written": v.bytes_written,
+            },
             "examples": [],
         }
         entry.update(_lds(result.store, result.exp, v.variant))
@@ -134,7 +144,16 @@ def to_markdown(summary: dict[str, Any]) -> str:
         *[f"| {k} | {v:.2f} |" for k, v in summary["phases_s"].items()],
     ]
     for v in summary["variants"]:
-        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", "", *_quality(v), ""]
+        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", "", *_quality(v)]
+        if "scoring" in v:
+            sc = v["scoring"]
+            lines.append(
+                f"- scoring: {sc['write_scores']} (S written whole or top-k only); X read "
+                f"{sc['x_passes']}× (super-blocks of {sc['super_block']} targets); blocks "
+                f"computed {sc['blocks_computed']}, reused {sc['blocks_reused']} of "
+                f"{sc['blocks']}; {sc['bytes_read']} bytes read, {sc['bytes_written']} written"
+            )
+        lines.append("")
         lines += [
             "Example targets and their strongest proponents (the train examples whose presence "
             "most raises the model's output on the target), as train index (label):",
