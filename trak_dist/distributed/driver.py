@@ -5,6 +5,7 @@ shards retried as ``RetryPolicy`` allows; committed chunks survive, so reruns re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -114,10 +115,10 @@ class RayExecutor(Executor):
         """The reducer prepares (Y, the plan, the blocks not yet committed), worker actors run
         the blocks in parallel, the reducer merges and publishes."""
         tasks = self._get(self.reducer.prepare_scores.remote(request))
-        state = self.state
-        results = run_blocks(self.cfg, tasks, self.policy, state.ctrl_c, self.on_block)
+        restarts = self.policy.restarts
+        results = run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
         result: ScoreResult = self._get(self.reducer.finish_scores.remote(request, results))
-        return result
+        return dataclasses.replace(result, worker_restarts=self.policy.restarts - restarts)
 
     def _get(self, refs: Any) -> Any:
         """``ray.get``, polled so that Ctrl-C is seen (``CtrlC``), raising an expected failure

@@ -80,6 +80,7 @@ class ScoreResult:
             (a block computed twice after a lost worker counts twice), committed by an earlier
             run and kept.
         bytes_read, bytes_written: by the blocks computed and the final merge (not Y).
+        worker_restarts: score workers replaced during this scoring (Ray).
     """
 
     exp: str
@@ -98,6 +99,7 @@ class ScoreResult:
     blocks_reused: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    worker_restarts: int = 0
 
 
 @dataclass(frozen=True)
