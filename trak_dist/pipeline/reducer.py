@@ -156,6 +156,7 @@ class Reducer:
             blocks_reused=self._reused,
             bytes_read=job.bytes_read,
             bytes_written=job.bytes_written,
+            block_seconds=job.block_seconds,
         )
 
     def score(self, request: ScoreRequest) -> ScoreResult:

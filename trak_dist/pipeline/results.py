@@ -81,6 +81,7 @@ class ScoreResult:
             run and kept.
         bytes_read, bytes_written: by the blocks computed and the final merge (not Y).
         worker_restarts: score workers replaced during this scoring (Ray).
+        block_seconds: the blocks' compute time, summed over the workers that ran them.
     """
 
     exp: str
@@ -100,6 +101,7 @@ class ScoreResult:
     bytes_read: int = 0
     bytes_written: int = 0
     worker_restarts: int = 0
+    block_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
