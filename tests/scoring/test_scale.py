@@ -16,6 +16,7 @@ from trak_dist.pipeline import Reducer, ScoreRequest
 from trak_dist.scoring import ScorePlan, compute_scores, xtx_from_rows
 from trak_dist.scoring._topk import block_topk, merge
 from trak_dist.store import FeatureStore
+from trak_dist.store._verify import verify
 
 N, M, P, CHUNK, K = 1200, 300, 24, 64, 7
 DUPLICATES = [(5, 1100), (40, 41), (599, 1198)]  # (row, copy): equal scores, ties broken by row
@@ -92,6 +93,7 @@ def test_topk_only_equals_the_full_matrix_topk_and_a_dense_solve(store_path):
     with pytest.raises(StoreStateError, match="read_topk"):
         sset.read_rows(0, 10)
     assert sset.shape == (N, M)
+    assert not verify(store_path).problems  # a top-k-only set is whole without S
 
 
 def test_auto_writes_s_only_below_full_max_bytes(store_path):

@@ -63,8 +63,9 @@ def run_blocks(
                     continue
                 except RayTaskError as e:
                     cause = failures.unwrap(e)
-                    if isinstance(cause, TrakDistError):
-                        raise cause from e  # non-finite scores, a damaged store: not retried
+                    if isinstance(cause, TrakDistError | OSError):
+                        # non-finite scores, a damaged store, a full disk: not retried
+                        raise cause from e
                     failed[where] += 1
                     if failed[where] > policy.max_retries:
                         raise WorkerFailedError(

@@ -20,7 +20,7 @@ from trak_dist.distributed import _ray
 from trak_dist.distributed._policy import RetryPolicy
 from trak_dist.distributed._score_loop import OnBlock, run_blocks
 from trak_dist.distributed._state import DriverState
-from trak_dist.errors import WorkerFailedError
+from trak_dist.errors import NonFiniteError, WorkerFailedError
 from trak_dist.pipeline import (
     Executor,
     FeaturizeReport,
@@ -116,7 +116,13 @@ class RayExecutor(Executor):
         the blocks in parallel, the reducer merges and publishes."""
         tasks = self._get(self.reducer.prepare_scores.remote(request))
         restarts = self.policy.restarts
-        results = run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
+        try:
+            results = run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
+        except (OSError, NonFiniteError):
+            # a full disk or non-finite scores would fail the rerun too: drop the unfinished
+            # set (its space with it); anything else (Ctrl-C, lost workers) keeps it to resume
+            self._get(self.reducer.discard_scores.remote())
+            raise
         result: ScoreResult = self._get(self.reducer.finish_scores.remote(request, results))
         return dataclasses.replace(result, worker_restarts=self.policy.restarts - restarts)
 

@@ -136,7 +136,11 @@ class Reducer:
             raise TrakDistError("finish_scores before prepare_scores: a bug in the executor.")
         for result in results:
             job.record(result)
-        sset = job.finish()
+        try:
+            sset = job.finish()
+        except (OSError, TrakDistError):
+            self.discard_scores()
+            raise
         self._job = None
         plan = job.plan
         return ScoreResult(
@@ -162,4 +166,17 @@ class Reducer:
     def score(self, request: ScoreRequest) -> ScoreResult:
         """Score one variant into the store, every block here."""
         tasks = self.prepare_scores(request)
-        return self.finish_scores(request, [self.run_block(t) for t in tasks])
+        try:
+            results = [self.run_block(t) for t in tasks]
+        except (OSError, TrakDistError):
+            self.discard_scores()
+            raise
+        return self.finish_scores(request, results)
+
+    def discard_scores(self) -> None:
+        """Remove the unfinished set after an error that a rerun would meet again (a full disk,
+        non-finite scores): the variant's previous scores stay. A killed or interrupted
+        scoring keeps its set, which the rerun resumes."""
+        if self._job is not None:
+            self._job.sset.discard()
+            self._job = None

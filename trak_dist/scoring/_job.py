@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from trak_dist.errors import StoreStateError
+from trak_dist.errors import StoreStateError, TrakDistError
 from trak_dist.scoring._ensure import ensure_factor
 from trak_dist.scoring._factor import Factorization
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
@@ -183,7 +183,11 @@ def prepare_scoring(
     grid = (len(plan.row_ranges), len(plan.super_blocks), plan.super_block)
     chunks = (min(n, spec.chunk_rows), plan.target_block)
     sset, resumed = ScoreSet.resume(parent, name, key, grid, chunks, plan.full, attrs)
-    _write_y(store, exp, sset, ids, lambdas, p, kinv_scaling, plan, device)
+    try:
+        _write_y(store, exp, sset, ids, lambdas, p, kinv_scaling, plan, device)
+    except (OSError, TrakDistError):
+        sset.discard()  # e.g. a full disk: the previous scores stay, the space is freed
+        raise
     done = sset.parts.done_mask()
     pending = [
         BlockTask(

@@ -109,11 +109,16 @@ class ScoreSet:
             group = parent.require_group(name)
             for old in list(group.keys()):
                 del group[old]
-        else:
-            group = parent.create_group(partial)
-        _lay_out(group, n, m, topk, chunks[0], {**attrs, "plan": key}, full, chunks[1])
         ranges, blocks, width = shape
-        ScoreParts.create(group, ranges, blocks, m, min(topk, n), width)
+        try:
+            if base is not None:
+                group = parent.create_group(partial)
+            _lay_out(group, n, m, topk, chunks[0], {**attrs, "plan": key}, full, chunks[1])
+            ScoreParts.create(group, ranges, blocks, m, min(topk, n), width)
+        except BaseException:
+            if base is not None:  # e.g. a full disk while laying out (see create)
+                _remove_dir(base / partial)
+            raise
         return cls(group, parent, name), False
 
     @property
