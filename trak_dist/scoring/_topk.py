@@ -23,20 +23,31 @@ def _canonical(vals: torch.Tensor, rows: torch.Tensor) -> TopList:
     return torch.gather(vals, 0, by_val), torch.gather(rows, 0, by_val)
 
 
-def block_topk(block: torch.Tensor, first_row: int, k: int) -> TopList:
+def block_topk(block: torch.Tensor, first_row: int, k: int, largest: bool = True) -> TopList:
     """The ``min(k, r)`` best train rows of each column of ``block`` ``[r, t]`` (rows
-    ``first_row …``), in the total order; ``[k', t]`` values and global row numbers."""
-    k = min(k, block.shape[0])
-    vals, pos = torch.topk(block, k, dim=0)
-    kth = vals[-1]
-    # a column with more rows equal to its k-th value than topk kept: which of them topk kept
-    # is arbitrary, the lowest rows are the exact answer
-    ties = ((block == kth).sum(0) > (vals == kth).sum(0)).nonzero().flatten().tolist()
-    for col in ties:
-        order = torch.argsort(block[:, col], descending=True, stable=True)[:k]
-        pos[:, col] = order
-        vals[:, col] = block[order, col]
-    return _canonical(vals, pos + first_row)
+    ``first_row …``) in the total order, as ``[k', t]`` values and global row numbers;
+    ``largest=False``: the lowest, returned as the best of ``-block`` (values negated)."""
+    return block_topk_t(block.T.contiguous(), first_row, k, largest)
+
+
+def block_topk_t(rows_last: torch.Tensor, first_row: int, k: int, largest: bool) -> TopList:
+    """``block_topk`` of ``rows_last`` = block.T ``[t, r]`` contiguous (one copy serves both
+    sides: topk along a contiguous axis is several times faster than along the rows)."""
+    r = rows_last.shape[1]
+    k = min(k, r)
+    # one more than k: where the (k+1)-th equals the k-th, topk's choice among the tied rows
+    # is arbitrary and the column is settled by a stable sort (the lowest rows win)
+    vals, pos = torch.topk(rows_last, min(k + 1, r), dim=1, largest=largest)
+    if vals.shape[1] > k:
+        ties = (vals[:, k] == vals[:, k - 1]).nonzero().flatten().tolist()
+        vals, pos = vals[:, :k].clone(), pos[:, :k].clone()
+        for col in ties:
+            order = torch.argsort(rows_last[col], descending=largest, stable=True)[:k]
+            pos[col] = order
+            vals[col] = rows_last[col, order]
+    if not largest:
+        vals = -vals  # the opponents are the proponents of -S (negation is exact)
+    return _canonical(vals.T, pos.T + first_row)
 
 
 def merge(best: TopList | None, other: TopList, k: int) -> TopList:
