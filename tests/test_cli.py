@@ -48,6 +48,8 @@ def test_help_lists_the_config_groups(tmp_path):
         ("lambda_reg=nan", "lambda_reg=nan; expected 'auto' or a finite number ≥ 0"),
         ("lambda_reg=-1", "lambda_reg=-1.0; expected 'auto' or a finite number ≥ 0"),
         ("lambda_reg=often", "lambda_reg='often'; expected 'auto' or a finite number ≥ 0"),
+        ("scoring.write_scores=half", "ScoringConfig.write_scores='half'; expected one of"),
+        ("scoring.memory=lots", "scoring.memory='lots'; expected bytes as an integer or with"),
     ],
 )
 def test_bad_values_get_one_clear_line_and_exit_2(tmp_path, override, message):

@@ -18,7 +18,15 @@ from trak_dist._validate import DEVICES, _one_of, _positive
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import ENGINES
 from trak_dist.projection import BACKENDS, ProjectionKind
-from trak_dist.scoring import KINV_SCALINGS, parse_lambda
+from trak_dist.scoring import (
+    BLOCK_ROWS,
+    FULL_MAX_BYTES,
+    KINV_SCALINGS,
+    MEMORY_DEFAULT,
+    WRITE_MODES,
+    parse_bytes,
+    parse_lambda,
+)
 from trak_dist.store import CODECS
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
@@ -209,7 +217,16 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class ScoringConfig:
-    """Which targets are scored and how."""
+    """Which targets are scored and how.
+
+    Attributes:
+        write_scores: ``full`` (S ``[n, m]`` and the top-k), ``topk`` (only the top-k
+            proponents and opponents, exact) or ``auto`` (full while S is at most
+            ``full_max_bytes``; default 2 GiB, what ``scores()`` can still read whole).
+        memory: what one scoring process may hold (bytes, or ``"1GiB"``): the target
+            super-block, which X is read once for, is as wide as fits.
+        block_rows: train rows per score task (the unit spread over workers and resumed).
+    """
 
     exp_name: str = "targets"
     kinv_scaling: str = "mean_abs"
@@ -217,10 +234,20 @@ class ScoringConfig:
     train_block: int = 4096
     target_block: int = 1024
     device: str = "cpu"
+    write_scores: str = "auto"
+    full_max_bytes: int = FULL_MAX_BYTES
+    memory: str = MEMORY_DEFAULT
+    block_rows: int = BLOCK_ROWS
 
     def __post_init__(self) -> None:
         _one_of(self, "kinv_scaling", KINV_SCALINGS)
-        _positive(self, "topk", "train_block", "target_block")
+        _one_of(self, "write_scores", WRITE_MODES)
+        _positive(self, "topk", "train_block", "target_block", "full_max_bytes", "block_rows")
+        parse_bytes(self.memory, "scoring.memory")
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_bytes(self.memory, "scoring.memory")
         if not self.exp_name or "/" in self.exp_name:
             raise ConfigError(f"exp_name={self.exp_name!r}; expected a non-empty name without '/'.")
 

@@ -112,6 +112,16 @@ def summarize(
             "path": v.path,
             "lambdas": [float(f"{x:.4g}") for x in v.lambdas],
             "seconds": round(v.seconds, 3),
+            "scoring": {
+                "write_scores": v.write_scores,
+                "super_block": v.super_block,
+                "x_passes": v.x_passes,
+                "blocks": v.blocks,
+                "blocks_computed": v.blocks_computed,
+                "blocks_reused": v.blocks_reused,
+                "bytes_read": v.bytes_read,
+                "bytes_written": v.bytes_written,
+            },
             "examples": [],
         }
         entry.update(_lds(result.store, result.exp, v.variant))
@@ -173,7 +183,16 @@ def to_markdown(summary: dict[str, Any]) -> str:
     elif "figure_error" in summary:
         lines += ["", f"(no picture of targets and proponents: {summary['figure_error']})"]
     for v in summary["variants"]:
-        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", "", *_quality(v), ""]
+        lines += ["", f"## scores `{v['variant']}`: `{v['path']}`", "", *_quality(v)]
+        if "scoring" in v:
+            sc = v["scoring"]
+            lines.append(
+                f"- scoring: {sc['write_scores']} (S written whole or top-k only); X read "
+                f"{sc['x_passes']}× (super-blocks of {sc['super_block']} targets); blocks "
+                f"computed {sc['blocks_computed']}, reused {sc['blocks_reused']} of "
+                f"{sc['blocks']}; {sc['bytes_read']} bytes read, {sc['bytes_written']} written"
+            )
+        lines.append("")
         if v["examples"] and "target_text" in v["examples"][0]:
             lines += _text_examples(v["examples"])
             continue

@@ -280,8 +280,15 @@ class TRAKer:
             )
         ready = fold_targets(self.store, exp_name, ids, self._fingerprints, allow_skip)
         self.finalize_features(ready)
+        # traker returns the whole [n, m] matrix, whatever its size
         request = ScoreRequest(
-            exp_name, tuple(ready), self.proj_dim, self.lambda_reg, self.kinv_scaling, self.topk
+            exp_name,
+            tuple(ready),
+            self.proj_dim,
+            self.lambda_reg,
+            self.kinv_scaling,
+            self.topk,
+            write_scores="full",
         )
         sset = self.store.score_set(exp_name, self.reducer.score(request).variant)
         if sset is None:  # just written: only a concurrent overwrite removes it

@@ -15,12 +15,13 @@ from ray._private import ray_constants
 
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.errors import ConfigError
-from trak_dist.pipeline import Reducer, Worker, reducer_device
+from trak_dist.pipeline import BlockScorer, Reducer, Worker, reducer_device
 
 logger = logging.getLogger(__name__)
 
 RemoteWorker = ray.remote(Worker)
 RemoteReducer = ray.remote(Reducer)
+RemoteScorer = ray.remote(BlockScorer)
 
 
 # Ray 2.60 has no single "loopback only" switch for ray.init; together these are one
@@ -151,6 +152,15 @@ def start_worker(cfg: JobConfig, checkpoints: Sequence[Path], width: int) -> Any
     return RemoteWorker.options(
         num_cpus=c.cpus_per_worker, num_gpus=gpus_per_worker(c), max_restarts=0
     ).remote(cfg, list(checkpoints), width)
+
+
+def start_scorer(cfg: JobConfig) -> Any:
+    """A score-block worker with a featurisation worker's resources (score blocks run after
+    every shard, on the slots the featurisation workers held)."""
+    c = cfg.cluster
+    return RemoteScorer.options(
+        num_cpus=c.cpus_per_worker, num_gpus=gpus_per_worker(c), max_restarts=0
+    ).remote(cfg.store.path, reducer_device(cfg))
 
 
 def start_reducer(cfg: JobConfig) -> Any:

@@ -5,6 +5,7 @@ shards retried as ``RetryPolicy`` allows; committed chunks survive, so reruns re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +18,9 @@ from trak_dist import failures
 from trak_dist.config import JobConfig
 from trak_dist.distributed import _ray
 from trak_dist.distributed._policy import RetryPolicy
+from trak_dist.distributed._score_loop import OnBlock, run_blocks
 from trak_dist.distributed._state import DriverState
-from trak_dist.errors import WorkerFailedError
+from trak_dist.errors import NonFiniteError, WorkerFailedError
 from trak_dist.pipeline import (
     Executor,
     FeaturizeReport,
@@ -41,18 +43,21 @@ def run_job(
     variants: list[tuple[int, float | str]] | None = None,
     on_shard: OnShard | None = None,
     keep_alive: bool = False,
+    on_block: OnBlock | None = None,
 ) -> JobResult:
     """``run_pipeline`` on Ray for ``variants`` ((proj_dim, λ) pairs; λ a number or ``"auto"``);
-    ``on_shard`` runs after each shard; ``keep_alive`` keeps Ray and the reducer (sweeps)."""
-    return run_pipeline(cfg, RayExecutor(keep_alive), variants, on_shard)
+    ``on_shard`` runs after each shard, ``on_block`` after each score block; ``keep_alive``
+    keeps Ray and the reducer (sweeps)."""
+    return run_pipeline(cfg, RayExecutor(keep_alive, on_block), variants, on_shard)
 
 
 class RayExecutor(Executor):
     """Shards on worker actors (one per slot, replaced when they die), the reducer in an actor;
     ``keep_alive`` keeps Ray and the reducer for the next run in this process (sweeps)."""
 
-    def __init__(self, keep_alive: bool = False) -> None:
+    def __init__(self, keep_alive: bool = False, on_block: OnBlock | None = None) -> None:
         self.keep_alive = keep_alive
+        self.on_block = on_block
         self.state = DriverState()
         self.reducer: Any = None
         self.started = False
@@ -107,8 +112,19 @@ class RayExecutor(Executor):
         return result
 
     def score(self, request: ScoreRequest) -> ScoreResult:
-        result: ScoreResult = self._get(self.reducer.score.remote(request))
-        return result
+        """The reducer prepares (Y, the plan, the blocks not yet committed), worker actors run
+        the blocks in parallel, the reducer merges and publishes."""
+        tasks = self._get(self.reducer.prepare_scores.remote(request))
+        restarts = self.policy.restarts
+        try:
+            results = run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
+        except (OSError, NonFiniteError):
+            # a full disk or non-finite scores would fail the rerun too: drop the unfinished
+            # set (its space with it); anything else (Ctrl-C, lost workers) keeps it to resume
+            self._get(self.reducer.discard_scores.remote())
+            raise
+        result: ScoreResult = self._get(self.reducer.finish_scores.remote(request, results))
+        return dataclasses.replace(result, worker_restarts=self.policy.restarts - restarts)
 
     def _get(self, refs: Any) -> Any:
         """``ray.get``, polled so that Ctrl-C is seen (``CtrlC``), raising an expected failure

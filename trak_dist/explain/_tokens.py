@@ -81,7 +81,7 @@ class TokenExplainer:
         attrs = sset.attrs
         self.model_ids = [int(c) for c in attrs["model_ids"]]
         self.p = int(attrs["proj_dim"])
-        m = int(sset.S.shape[1])  # S is [n, m]
+        m = sset.shape[1]  # S is [n, m] (stored or not)
         # y_tc = x_tc K_c⁻¹ [m, p] per checkpoint, as scoring stored it
         self.ys = {c: sset.read_y(c, 0, m) for c in self.model_ids}
         self.rows = {c: store.train_rows(c) for c in self.model_ids}

@@ -37,12 +37,12 @@ class VariantLDS:
 def score_predictions(sset: ScoreSet, masks: np.ndarray, block: int = 4096) -> np.ndarray:
     """``[M, m]`` Σ_{i ∈ S_j} τ_it, reading S ``[n, m]`` ``block`` train rows at a time (memory:
     one block of S and the ``[M, m]`` result)."""
-    n = sset.S.shape[0]
+    n, m = sset.shape
     if masks.shape[1] != n:
         raise StoreStateError(
             f"the subset masks cover {masks.shape[1]} train examples; the scores {n}."
         )
-    out = np.zeros((masks.shape[0], sset.S.shape[1]))
+    out = np.zeros((masks.shape[0], m))
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
         out += predictions(masks[:, r0:r1], sset.read_rows(r0, r1))

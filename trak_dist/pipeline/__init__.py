@@ -9,9 +9,11 @@ from trak_dist.pipeline.plan import Prepared, check_combination, prepare
 from trak_dist.pipeline.reducer import Reducer
 from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult, TopK
 from trak_dist.pipeline.run import absolute_store, finish_from_store, run_pipeline
+from trak_dist.pipeline.scorer import BlockScorer
 from trak_dist.pipeline.worker import Worker
 
 __all__ = [
+    "BlockScorer",
     "Executor",
     "FeaturizeReport",
     "InProcessExecutor",

@@ -9,7 +9,15 @@ import torch
 
 from trak_dist.errors import StoreStateError, TrakDistError
 from trak_dist.pipeline.results import PREVIEW_TARGETS, ScoreRequest, ScoreResult, TopK
-from trak_dist.scoring import compute_scores, ensure_factor, xtx_from_rows
+from trak_dist.scoring import (
+    BlockResult,
+    BlockTask,
+    ScoreJob,
+    ensure_factor,
+    prepare_scoring,
+    score_block,
+    xtx_from_rows,
+)
 from trak_dist.store import FeatureStore
 
 
@@ -17,9 +25,9 @@ class Reducer:
     """Accumulates each checkpoint's XᵀX from shard partials, then scores.
 
     Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint being
-    featurised, plus what ``compute_scores`` needs. Partials are added with TwoSum, so XᵀX is
-    the float64 rounding of the exact sum (to ~K²·2⁻¹⁰⁶ relative): the same bits whatever the
-    order partials arrive in or the number of workers."""
+    featurised, plus what a scoring needs (``scoring.memory``). Partials are added with TwoSum,
+    so XᵀX is the float64 rounding of the exact sum (to ~K²·2⁻¹⁰⁶ relative): the same bits
+    whatever the order partials arrive in or the number of workers."""
 
     def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
         self.store = store if isinstance(store, FeatureStore) else FeatureStore.open(store)
@@ -27,6 +35,9 @@ class Reducer:
         self._sums: dict[int, np.ndarray] = {}
         self._errors: dict[int, np.ndarray] = {}
         self._covered: dict[int, list[tuple[int, int]]] = {}
+        self._job: ScoreJob | None = None
+        self._started = 0.0
+        self._reused = 0
 
     def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
         """Add the partial XᵀX of train rows ``[start, end)``."""
@@ -89,11 +100,12 @@ class Reducer:
         if self.store.read_xtx(model_id) is None:
             self.store.write_xtx(model_id, xtx_from_rows(rows, 0, rows.n, device=self.device))
 
-    def score(self, request: ScoreRequest) -> ScoreResult:
-        """Score one variant into the store."""
-        t0 = time.perf_counter()
+    def prepare_scores(self, request: ScoreRequest) -> list[BlockTask]:
+        """Y, the plan and the unfinished score set of ``request``; returns the blocks it still
+        lacks (an earlier run's committed blocks are kept). One scoring at a time."""
         r = request
-        sset = compute_scores(
+        self._started = time.perf_counter()
+        self._job = prepare_scoring(
             self.store,
             r.exp,
             list(r.model_ids),
@@ -103,17 +115,69 @@ class Reducer:
             r.topk,
             r.train_block,
             r.target_block,
-            device=self.device,
+            r.memory,
+            r.write_scores,
+            r.full_max_bytes,
+            r.block_rows,
+            self.device,
         )
-        name = sset.group.basename
+        self._reused = self._job.blocks - len(self._job.pending)
+        return list(self._job.pending)
+
+    def run_block(self, task: BlockTask) -> BlockResult:
+        """One block here (the in-process executor, SLURM's reduce job, TRAKer)."""
+        return score_block(self.store, task, self.device)
+
+    def finish_scores(self, request: ScoreRequest, results: list[BlockResult]) -> ScoreResult:
+        """Merge the committed blocks, publish, and say what the scoring did (``results``: the
+        blocks this run computed, wherever they ran)."""
+        job = self._job
+        if job is None:
+            raise TrakDistError("finish_scores before prepare_scores: a bug in the executor.")
+        for result in results:
+            job.record(result)
+        try:
+            sset = job.finish()
+        except (OSError, TrakDistError):
+            self.discard_scores()
+            raise
+        self._job = None
+        plan = job.plan
         return ScoreResult(
-            exp=r.exp,
-            variant=name,
-            proj_dim=r.proj_dim,
+            exp=request.exp,
+            variant=job.variant,
+            proj_dim=plan.proj_dim,
             # best resolves to the recorded λ: report what was used
-            lambda_reg=sset.attrs.get("lambda_reg", r.lambda_reg),
-            lambdas=tuple(float(x) for x in sset.attrs.get("lambdas", [])),
-            seconds=time.perf_counter() - t0,
-            path=f"{self.store.where}/scores/{r.exp}/{name}",
+            lambda_reg=sset.attrs.get("lambda_reg", request.lambda_reg),
+            lambdas=tuple(float(x) for x in job.lambdas),
+            seconds=time.perf_counter() - self._started,
+            path=f"{self.store.where}/scores/{request.exp}/{job.variant}",
             top=TopK.head(sset.read_topk(), PREVIEW_TARGETS),
+            write_scores=plan.write_scores,
+            super_block=plan.super_block,
+            x_passes=plan.x_passes,
+            blocks=job.blocks,
+            blocks_computed=job.blocks_computed,
+            blocks_reused=self._reused,
+            bytes_read=job.bytes_read,
+            bytes_written=job.bytes_written,
+            block_seconds=job.block_seconds,
         )
+
+    def score(self, request: ScoreRequest) -> ScoreResult:
+        """Score one variant into the store, every block here."""
+        tasks = self.prepare_scores(request)
+        try:
+            results = [self.run_block(t) for t in tasks]
+        except (OSError, TrakDistError):
+            self.discard_scores()
+            raise
+        return self.finish_scores(request, results)
+
+    def discard_scores(self) -> None:
+        """Remove the unfinished set after an error that a rerun would meet again (a full disk,
+        non-finite scores): the variant's previous scores stay. A killed or interrupted
+        scoring keeps its set, which the rerun resumes."""
+        if self._job is not None:
+            self._job.sset.discard()
+            self._job = None

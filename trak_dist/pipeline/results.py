@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from trak_dist.config import JobConfig
-from trak_dist.scoring import LambdaReg
+from trak_dist.scoring import BLOCK_ROWS, FULL_MAX_BYTES, LambdaReg
 
 # targets whose top-k proponents a score result carries back (the report reads no more)
 PREVIEW_TARGETS = 100
@@ -26,6 +26,10 @@ class ScoreRequest:
     topk: int = 10
     train_block: int = 4096
     target_block: int = 1024
+    write_scores: str = "auto"
+    memory: int = 1 << 30
+    full_max_bytes: int = FULL_MAX_BYTES
+    block_rows: int = BLOCK_ROWS
 
     @classmethod
     def of(
@@ -41,6 +45,10 @@ class ScoreRequest:
             s.topk,
             s.train_block,
             s.target_block,
+            s.write_scores,
+            s.memory_bytes,
+            s.full_max_bytes,
+            s.block_rows,
         )
 
 
@@ -62,7 +70,19 @@ class TopK:
 @dataclass(frozen=True)
 class ScoreResult:
     """One scored variant: its name and ``path`` in the store, the λ per checkpoint
-    (``lambdas``) and the top-k of the first ``PREVIEW_TARGETS`` targets (``top``)."""
+    (``lambdas``) and the top-k of the first ``PREVIEW_TARGETS`` targets (``top``).
+
+    Attributes:
+        write_scores: ``full`` (S stored) or ``topk`` (only the top-k).
+        super_block: targets per super-block; ``x_passes``: how many times every train row of
+            X was read (one pass per super-block, over all checkpoints).
+        blocks, blocks_computed, blocks_reused: score blocks in the plan, computed by this run
+            (a block computed twice after a lost worker counts twice), committed by an earlier
+            run and kept.
+        bytes_read, bytes_written: by the blocks computed and the final merge (not Y).
+        worker_restarts: score workers replaced during this scoring (Ray).
+        block_seconds: the blocks' compute time, summed over the workers that ran them.
+    """
 
     exp: str
     variant: str
@@ -72,6 +92,16 @@ class ScoreResult:
     seconds: float
     path: str
     top: TopK
+    write_scores: str = "full"
+    super_block: int = 0
+    x_passes: int = 0
+    blocks: int = 0
+    blocks_computed: int = 0
+    blocks_reused: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    worker_restarts: int = 0
+    block_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

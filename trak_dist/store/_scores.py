@@ -1,7 +1,10 @@
-"""Score arrays of one (experiment, proj_dim, λ) variant: S and per-target top-k.
+"""Score arrays of one (experiment, proj_dim, λ) variant: S (unless only top-k is written) and
+per-target top-k.
 
 Complete or absent: written into ``<variant>.partial-<id>``, marked complete, renamed into place
-(a failed scoring keeps the old scores); object stores rewrite in place, complete flag last."""
+(a failed scoring keeps the old scores); object stores rewrite in place, complete flag last.
+A block-wise scoring names its partial set after its plan (``resume``), so a rerun of the same
+plan finds it and skips the blocks committed in ``parts/`` (``_score_parts.py``)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
 from trak_dist.store._layout import y as layout_y
+from trak_dist.store._score_parts import PARTS, ScoreParts
 from trak_dist.store._zarr import array, attr_int
 from trak_dist.store._zarr import group as child
 
@@ -48,14 +52,89 @@ def _local_dir(node: zarr.Group) -> Path | None:
 
 class ScoreSet:
     """``S [n, m]`` float32 plus the ``k`` highest (proponents) and lowest (opponents) train
-    examples of every target; written by the reducer, ``publish`` makes it the variant's."""
+    examples of every target; written by the reducer, ``publish`` makes it the variant's.
+
+    ``full`` says whether S was written (``scoring.write_scores``); without it ``S`` is None,
+    ``scores()``/``read_rows()`` raise and ``read_topk()`` is what there is."""
 
     def __init__(self, group: zarr.Group, parent: zarr.Group | None = None, name: str = "") -> None:
         self.group = group
-        self.S = array(group, "S")
+        self.S = array(group, "S") if "S" in group else None
         self.topk = attr_int(group, "topk")
         self._parent = parent
         self._name = name
+
+    @property
+    def full(self) -> bool:
+        """True when the whole ``[n, m]`` matrix S is stored (not only the top-k)."""
+        return self.S is not None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n, m)``: train examples × targets scored (whether or not S is stored)."""
+        if self.S is not None:
+            return (int(self.S.shape[0]), int(self.S.shape[1]))
+        return (attr_int(self.group, "n"), attr_int(self.group, "m"))
+
+    @classmethod
+    def resume(
+        cls,
+        parent: zarr.Group,
+        name: str,
+        key: str,
+        shape: tuple[int, int, int],
+        chunks: tuple[int, int],
+        full: bool,
+        attrs: dict[str, Any],
+    ) -> tuple[ScoreSet, bool]:
+        """The unfinished set ``<name>.partial-<key>`` of a block-wise scoring (``key``: a hash
+        of its plan), created with ``parts/`` for ``shape`` = (ranges, super-blocks, width) if
+        absent; other leftovers of ``name`` are removed. True when an earlier run's set was
+        found (its committed blocks are kept)."""
+        partial = f"{name}{PARTIAL}{key}"
+        base = _local_dir(parent)
+        if base is not None and partial in parent and PARTS in child(parent, partial):
+            found = child(parent, partial)
+            if found.attrs.get("plan") == key and not found.attrs.get("complete"):
+                return cls(found, parent, name), True
+        keys = [p.name for p in base.iterdir()] if base is not None else list(parent.group_keys())
+        for leftover in keys:
+            if leftover.startswith(name + PARTIAL) or leftover.startswith(name + OLD):
+                if base is not None:
+                    shutil.rmtree(base / leftover)
+                else:
+                    del parent[leftover]
+        n, m, topk = attrs["n"], attrs["m"], attrs["topk"]
+        if base is None:  # object stores: in place, complete flag last (see create)
+            group = parent.require_group(name)
+            for old in list(group.keys()):
+                del group[old]
+        ranges, blocks, width = shape
+        try:
+            if base is not None:
+                group = parent.create_group(partial)
+            _lay_out(group, n, m, topk, chunks[0], {**attrs, "plan": key}, full, chunks[1])
+            ScoreParts.create(group, ranges, blocks, m, min(topk, n), width)
+        except BaseException:
+            if base is not None:  # e.g. a full disk while laying out (see create)
+                _remove_dir(base / partial)
+            raise
+        return cls(group, parent, name), False
+
+    @property
+    def parts(self) -> ScoreParts:
+        """The committed blocks of an unfinished block-wise scoring."""
+        return ScoreParts(child(self.group, PARTS))
+
+    def drop_parts(self) -> None:
+        """Remove ``parts/`` once its top-k are merged (before ``publish``)."""
+        base = _local_dir(self.group)
+        if base is not None:
+            # the node first, so that a kill midway leaves no half-listed group behind
+            del self.group[PARTS]
+            shutil.rmtree(base / PARTS, ignore_errors=True)
+        elif PARTS in self.group:
+            del self.group[PARTS]
 
     @classmethod
     def create(
@@ -140,6 +219,8 @@ class ScoreSet:
         _discard(self._parent, self.group, self._name)
 
     def write_block(self, r0: int, c0: int, block: np.ndarray) -> None:
+        if self.S is None:
+            raise StoreStateError(f"{self.group.path} holds only top-k; S is not written.")
         self.S[r0 : r0 + block.shape[0], c0 : c0 + block.shape[1]] = block
 
     def write_topk(self, c0: int, values: dict[str, np.ndarray]) -> None:
@@ -163,6 +244,16 @@ class ScoreSet:
         """Rows ``[t0, t0 + len(y))`` of ``Y/<model_id>`` (whole row chunks: see create_y)."""
         array(self.group, layout_y(model_id))[t0 : t0 + y.shape[0]] = y
 
+    def y_done(self, model_id: int) -> bool:
+        """Whether ``Y/<model_id>`` was written whole (``commit_y``) by an earlier run."""
+        done = self.group.attrs.get("y_done", [])
+        return isinstance(done, list) and int(model_id) in done
+
+    def commit_y(self, model_id: int) -> None:
+        """Mark ``Y/<model_id>`` written (after its data; one writer: the preparer)."""
+        done = self.group.attrs.get("y_done", [])
+        self.group.attrs["y_done"] = [*(done if isinstance(done, list) else []), int(model_id)]
+
     def read_y(self, model_id: int, t0: int, t1: int) -> np.ndarray:
         """Rows ``[t0, t1)`` of ``Y/<model_id>`` (read back while this set is written)."""
         return np.asarray(array(self.group, layout_y(model_id))[t0:t1])
@@ -174,19 +265,33 @@ class ScoreSet:
                 "midway); rerun the scoring."
             )
 
-    def scores(self) -> np.ndarray:
-        """S as one ``[n, m]`` array (reads it whole: mind its size)."""
+    def _full(self) -> zarr.Array[Any]:
         self._check_complete()
-        return checked_read(self.S, (slice(0, self.S.shape[0]), slice(0, self.S.shape[1])))
+        if self.S is None:
+            n, m = self.shape
+            raise StoreStateError(
+                f"the scores at {self.group.path} hold only the top-{self.topk} proponents and "
+                f"opponents of each target (scoring.write_scores="
+                f"{self.group.attrs.get('write_scores_asked', 'topk')}: S [{n}, {m}] would be "
+                f"{4 * n * m} bytes). Read them with read_topk(), or rescore with "
+                "scoring.write_scores=full for the whole matrix."
+            )
+        return self.S
+
+    def scores(self) -> np.ndarray:
+        """S as one ``[n, m]`` array (reads it whole: mind its size); StoreStateError when
+        only the top-k was written (``full`` is False)."""
+        s = self._full()
+        return checked_read(s, (slice(0, s.shape[0]), slice(0, s.shape[1])))
 
     def read_rows(self, r0: int, r1: int) -> np.ndarray:
         """Rows ``[r0, r1)`` of S, ``[r1 - r0, m]`` (checked: a damaged chunk is an error)."""
-        self._check_complete()
-        return checked_read(
-            self.S, (slice(r0, min(r1, self.S.shape[0])), slice(0, self.S.shape[1]))
-        )
+        s = self._full()
+        return checked_read(s, (slice(r0, min(r1, s.shape[0])), slice(0, s.shape[1])))
 
     def read_topk(self) -> dict[str, np.ndarray]:
+        """``proponents_idx/val`` and ``opponents_idx/val``, each ``[m, k]``: the k train rows
+        of highest (lowest) score per target, ties to the lower row; always written."""
         self._check_complete()
         out = {}
         for key in TOPK_ARRAYS:
@@ -196,18 +301,27 @@ class ScoreSet:
 
 
 def _lay_out(
-    group: zarr.Group, n: int, m: int, topk: int, chunk_rows: int, attrs: dict[str, Any]
+    group: zarr.Group,
+    n: int,
+    m: int,
+    topk: int,
+    chunk_rows: int,
+    attrs: dict[str, Any],
+    full: bool = True,
+    chunk_cols: int = 1024,
 ) -> None:
-    """The empty arrays of a score set (S, and the top-k per target), marked incomplete."""
-    group.attrs.update({**attrs, "topk": int(topk), "complete": False})
-    group.create_array(
-        "S",
-        shape=(n, m),
-        chunks=(min(n, chunk_rows), min(m, 1024)),
-        dtype="float32",
-        compressors=CHECKSUM,
-        fill_value=np.nan,
-    )
+    """The empty arrays of a score set (S unless not ``full``, and the top-k per target),
+    marked incomplete."""
+    group.attrs.update({**attrs, "n": int(n), "m": int(m), "topk": int(topk), "complete": False})
+    if full:
+        group.create_array(
+            "S",
+            shape=(n, m),
+            chunks=(min(n, chunk_rows), min(m, chunk_cols)),
+            dtype="float32",
+            compressors=CHECKSUM,
+            fill_value=np.nan,
+        )
     k = min(topk, n)
     for key in TOPK_ARRAYS:
         idx = key.endswith("idx")

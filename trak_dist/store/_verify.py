@@ -195,11 +195,19 @@ def verify(path: str | Path) -> Report:
             _check_eval(store, rel, report)
         elif layout.is_leftover(rel.rsplit("/", 1)[1]):
             report.problems.append(
-                Problem(rel, f"{rel} was left by a scoring that stopped", drop=(rel,))
+                Problem(
+                    rel,
+                    f"{rel} was left by a scoring that stopped (rerunning the same scoring "
+                    "resumes it from its committed blocks)",
+                    drop=(rel,),
+                )
             )
         else:
             ys = tuple(layout.y(int(c)) for c in children(base, f"{rel}/{layout.Y}") if c.isdigit())
-            _check_reduction(store, rel, ("S", *TOPK_ARRAYS, *ys), (rel,), report)
+            # a top-k-only set (scoring.write_scores) has no S to check
+            full = group(store.root, rel).attrs.get("write_scores") != "topk"
+            names = ("S", *TOPK_ARRAYS, *ys) if full else (*TOPK_ARRAYS, *ys)
+            _check_reduction(store, rel, names, (rel,), report)
     check_same_items(store, train_sets, report)
     # only inside the store's own groups: a traker save_dir holds traker's files beside them
     report.stray_files = [

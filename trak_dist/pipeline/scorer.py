@@ -1,0 +1,31 @@
+"""The score-block worker: runs BlockTasks of any scoring on one store. A plain class (Ray's
+worker actors wrap it, docs/design.md invariant 6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+import torch
+
+from trak_dist.scoring import BlockResult, BlockTask, score_block
+from trak_dist.store import FeatureStore
+
+
+class BlockScorer:
+    """Computes and commits score blocks (``score_block``) of the store at ``store``; holds
+    what one block needs (``scoring.memory``), nothing between blocks but the open store."""
+
+    def __init__(self, store: str, device: str | torch.device = "cpu") -> None:
+        self.store = FeatureStore.open(store)
+        self.device = torch.device(device)
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, task: BlockTask) -> BlockResult:
+        """Block (``task.row_range``, ``task.super_block``): its S block (if full), its
+        partial top-k, then its commit flag."""
+        return dataclasses.replace(score_block(self.store, task, self.device), worker=self.name)

@@ -1,0 +1,104 @@
+"""One score block (train rows ``[r0, r1)`` × a target super-block): a task any process runs.
+
+Per train sub-block of ``train_block`` rows (aligned to multiples of it from row 0, whatever
+the task's range) it reads X_c and Q_c of every checkpoint once and, per ``target_block``
+columns of the super-block, forms Σ_c X_c Y_cᵀ / C ⊙ mean Q: the same products, in the same
+order and shapes, as a single-process scoring, so S and the top-k are bitwise the same however
+the rows are split into tasks. It writes its S block (``full``), then its partial top-k and the
+block's flag (``ScoreParts``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from trak_dist.errors import NonFiniteError
+from trak_dist.scoring._plan import BlockResult, BlockTask
+from trak_dist.scoring._topk import TopList, block_topk_t, merge
+from trak_dist.store import FeatureStore, ScoreSet
+from trak_dist.store._zarr import group
+
+# a partial top list shorter than k (a range of fewer than k rows) is padded with entries that
+# sort after every finite score in the total order
+PAD_ROW = np.iinfo(np.int64).max
+
+
+def refuse_non_finite(block: torch.Tensor, r0: int, t0: int, label: str) -> None:
+    """The last guard of "no NaN score with exit code 0": the rows, Q and XᵀX read are checked
+    finite (non-finite rows are never committed; reads are checked, store/_integrity.py), so a
+    non-finite score can only be float32 overflow of X·Y."""
+    bad = ~torch.isfinite(block)
+    if bool(bad.any()):
+        rows, cols = bad.nonzero(as_tuple=True)
+        raise NonFiniteError(
+            f"scores {label} are non-finite at {int(bad.sum())} entries, e.g. train row "
+            f"{r0 + int(rows[0])} × target {t0 + int(cols[0])}, though the features read were "
+            "finite: they overflow float32. Use a larger lambda_reg (or lambda_reg=auto); the "
+            "previous scores are kept."
+        )
+
+
+def _padded(top: TopList, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[t, k]`` values and rows of a top list ``[k', t]``, padded to k (see PAD_ROW)."""
+    vals, rows = top[0].T.cpu().numpy(), top[1].T.cpu().numpy()
+    if vals.shape[1] < k:
+        pad = k - vals.shape[1]
+        vals = np.pad(vals, ((0, 0), (0, pad)), constant_values=-np.inf)
+        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=PAD_ROW)
+    return vals, rows
+
+
+def score_block(
+    store: FeatureStore, task: BlockTask, device: torch.device | str = "cpu"
+) -> BlockResult:
+    """Compute and commit block (``task.row_range``, ``task.super_block``)."""
+    start = time.perf_counter()
+    t = task
+    sset = ScoreSet(group(store.root, t.group))
+    label = sset.group.path
+    c = len(t.model_ids)
+    k = min(t.topk, store.spec.train_size)
+    train_sets = [store.train_rows(mid) for mid in t.model_ids]
+    ys = [torch.as_tensor(sset.read_y(mid, t.t0, t.t1), device=device) for mid in t.model_ids]
+    read = sum(y.numel() * 4 for y in ys)
+    written = 0
+    cols = list(range(t.t0, t.t1, t.target_block))
+    best: list[TopList | None] = [None] * len(cols)
+    worst: list[TopList | None] = [None] * len(cols)
+    for r0 in range(t.r0, t.r1, t.train_block):
+        r1 = min(t.r1, r0 + t.train_block)
+        xs = []
+        qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
+        for rs in train_sets:
+            xa, qa = rs.read(r0, r1, t.proj_dim), rs.read_q(r0, r1)
+            read += xa.nbytes + qa.nbytes
+            xs.append(torch.as_tensor(xa, device=device).float())
+            qbar += torch.as_tensor(qa, device=device)
+        for j, c0 in enumerate(cols):
+            c1 = min(t.t1, c0 + t.target_block)
+            acc = torch.zeros(r1 - r0, c1 - c0, dtype=torch.float32, device=device)
+            for x, y in zip(xs, ys, strict=True):
+                acc.addmm_(x, y[c0 - t.t0 : c1 - t.t0].T)
+            block = (acc / c) * (qbar / c)[:, None]
+            if not bool(torch.isfinite(block.sum())):  # a cheap sum first; inf may be a false alarm
+                refuse_non_finite(block, r0, c0, label)
+            if t.full:
+                out = block.cpu().numpy()
+                sset.write_block(r0, c0, out)
+                written += out.nbytes
+            rows_last = block.T.contiguous()
+            best[j] = merge(best[j], block_topk_t(rows_last, r0, k, largest=True), k)
+            worst[j] = merge(worst[j], block_topk_t(rows_last, r0, k, largest=False), k)
+    # opponents are kept as the proponents of -S (their values negated) until the final merge
+    pv, pi = _padded(_cat(best), k)
+    ov, oi = _padded(_cat(worst), k)
+    values = {"proponents_val": pv, "proponents_idx": pi, "opponents_val": ov, "opponents_idx": oi}
+    written += sset.parts.write(t.row_range, t.super_block, t.t0, values)
+    return BlockResult(t, time.perf_counter() - start, read, written)
+
+
+def _cat(tops: list[TopList | None]) -> TopList:
+    parts = [top for top in tops if top is not None]
+    return torch.cat([v for v, _ in parts], 1), torch.cat([r for _, r in parts], 1)
