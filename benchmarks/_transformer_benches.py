@@ -64,23 +64,10 @@ def bert_recipe(
     indices: Sequence[int] | np.ndarray, seed: int, noise: float = BERT_NOISE
 ) -> dict[str, Tensor]:
     torch.manual_seed(seed)
-    model = bert_model().train()
     rows = torch.as_tensor(np.asarray(indices, dtype=np.int64))
-    ids, types, mask, labels = (t[rows] for t in _bert_train(noise))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(BERT_EPOCHS):
-        for idx in torch.randperm(len(ids), generator=gen).split(32):
-            opt.zero_grad()
-            out = model(
-                input_ids=ids[idx],
-                token_type_ids=types[idx],
-                attention_mask=mask[idx],
-                labels=labels[idx],
-            )
-            out.loss.backward()
-            opt.step()
-    return model.state_dict()
+    return tiny_bert.fit(
+        bert_model(), tuple(t[rows] for t in _bert_train(noise)), seed, BERT_EPOCHS
+    )
 
 
 def bert_quality(state: dict[str, Tensor]) -> str:

@@ -106,9 +106,17 @@ def train_subset(
     (AdamW, lr 3e-3, batches of 32, ``epochs`` passes); ``trak_dist.evaluate``'s recipe."""
     torch.manual_seed(seed)
     model = make_model(hidden)
-    model.train()
     rows = torch.as_tensor(np.asarray(indices, dtype=np.int64))
-    ids, types, mask, labels = (t[rows] for t in train_set().tensors)
+    return fit(model, tuple(t[rows] for t in train_set().tensors), seed, epochs)
+
+
+def fit(
+    model: torch.nn.Module, tensors: tuple[Tensor, ...], seed: int, epochs: int = EPOCHS
+) -> dict[str, Tensor]:
+    """Train ``model`` on ``(input_ids, token_type_ids, attention_mask, labels)`` ``[N, L]``
+    (AdamW, lr 3e-3, batches of 32 in an order drawn from ``seed``); its state dict."""
+    model.train()
+    ids, types, mask, labels = tensors
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
