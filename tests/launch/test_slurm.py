@@ -13,6 +13,7 @@ import pytest
 from torch.utils.data import Dataset
 
 from launch.slurm import submit_array, submit_ray
+from tests.fixtures import llm_models
 from tests.fixtures.clusters import LOOPBACK_ENV, free_port
 from tests.fixtures.pipeline import (
     CHUNK,
@@ -26,8 +27,9 @@ from tests.fixtures.pipeline import (
     stored_features,
     traker_scores,
 )
+from trak_dist._compose import compose_job
 from trak_dist.examples import digits
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureStore, variant_name
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +76,25 @@ def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_fact
     x_ref, s_ref = stored_features(reference)
     np.testing.assert_array_equal(x, x_ref)
     close(s, s_ref)  # the reduce job sums XᵀX from the store, in another order
+
+
+def test_array_mode_attributes_an_llm_as_the_readme_command_does(slurm, tmp_path, monkeypatch):
+    """The README's "Attribute your LLM" command (checkpoint directories, JSONL) as SLURM array
+    tasks: the scores of the traker-style Python API on the same tokenised batches."""
+    from tests.hf.test_llm_cli import SMALL, api_scores, readme_commands
+
+    ckpts = llm_models.checkpoints(tmp_path, "llama")
+    attribute, _ = readme_commands()
+    monkeypatch.chdir(tmp_path)  # the README's relative paths
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs import launch/ from the checkout
+    cfg = compose_job([*attribute, *SMALL])
+    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    reduce.result()
+    assert sum(sum(j.result().rows_computed.values()) for j in jobs) == 3 * (40 + 6)
+    store = FeatureStore.open(cfg.store.path, mode="r")
+    sset = store.score_set(cfg.scoring.exp_name, variant_name(cfg.proj_dim, cfg.lambda_reg))
+    assert sset is not None
+    close(sset.scores(), api_scores(tmp_path, ckpts))
 
 
 def test_ray_mode_runs_a_cluster_inside_the_allocation(
