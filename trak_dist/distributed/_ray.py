@@ -122,6 +122,9 @@ def gpus_per_worker(cluster: ClusterConfig) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
+_CAPPED: set[str] = set()
+
+
 def worker_count(cluster: ClusterConfig, tasks: int) -> int:
     """Workers to start: the requested number (or what fits, when None), never more than the
     cluster can host at once (extra actors would wait for resources forever) or than tasks."""
@@ -132,17 +135,16 @@ def worker_count(cluster: ClusterConfig, tasks: int) -> int:
         fits = min(fits, int(total.get("GPU", 0) // gpus))
     wanted = cluster.num_workers or max(1, fits)
     if wanted > fits:
-        logger.warning(
-            "cluster.num_workers=%d but the cluster fits %d workers of %g CPU / %g GPU "
-            "(it has %g CPU, %g GPU); starting %d: more would only compete for the same resources.",
-            wanted,
-            fits,
-            cluster.cpus_per_worker,
-            gpus,
-            total.get("CPU", 0),
-            total.get("GPU", 0),
-            max(1, fits),
+        message = (
+            f"cluster.num_workers={wanted} but the cluster fits {fits} workers of "
+            f"{cluster.cpus_per_worker:g} CPU / {gpus:g} GPU (it has {total.get('CPU', 0):g} "
+            f"CPU, {total.get('GPU', 0):g} GPU); starting {max(1, fits)}: more would only "
+            "compete for the same resources."
         )
+        # featurisation workers and score actors are sized by the same rule: say it once
+        if message not in _CAPPED:
+            _CAPPED.add(message)
+            logger.warning(message)
         wanted = max(1, fits)
     return max(1, min(wanted, tasks))
 
