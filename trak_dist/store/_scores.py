@@ -97,13 +97,7 @@ class ScoreSet:
             found = child(parent, partial)
             if found.attrs.get("plan") == key and not found.attrs.get("complete"):
                 return cls(found, parent, name), True
-        keys = [p.name for p in base.iterdir()] if base is not None else list(parent.group_keys())
-        for leftover in keys:
-            if leftover.startswith(name + PARTIAL) or leftover.startswith(name + OLD):
-                if base is not None:
-                    shutil.rmtree(base / leftover)
-                else:
-                    del parent[leftover]
+        _remove_leftovers(parent, base, name)
         n, m, topk = attrs["n"], attrs["m"], attrs["topk"]
         if base is None:  # object stores: in place, complete flag last (see create)
             group = parent.require_group(name)
@@ -149,17 +143,7 @@ class ScoreSet:
     ) -> ScoreSet:
         """An empty set; the variant's current set (if any) stays readable until ``publish``."""
         base = _local_dir(parent)
-        # a killed scoring's leftovers (one scorer per variant at a time); on disk, also a
-        # folder whose zarr.json never got written
-        leftovers = (
-            [p.name for p in base.iterdir()] if base is not None else list(parent.group_keys())
-        )
-        for key in leftovers:
-            if key.startswith(name + PARTIAL) or key.startswith(name + OLD):
-                if base is not None:
-                    shutil.rmtree(base / key)
-                else:
-                    del parent[key]
+        _remove_leftovers(parent, base, name)
         if base is None:
             group = parent.require_group(name)
             for key in list(group.keys()):
@@ -333,6 +317,18 @@ def _lay_out(
             compressors=CHECKSUM,
             fill_value=-1 if idx else np.nan,
         )
+
+
+def _remove_leftovers(parent: zarr.Group, base: Path | None, name: str) -> None:
+    """Remove a killed scoring's partial and old sets of ``name`` (one scorer per variant at a
+    time); on disk, also a folder whose zarr.json never got written."""
+    keys = [p.name for p in base.iterdir()] if base is not None else list(parent.group_keys())
+    for key in keys:
+        if key.startswith(name + PARTIAL) or key.startswith(name + OLD):
+            if base is not None:
+                shutil.rmtree(base / key)
+            else:
+                del parent[key]
 
 
 def _discard(parent: zarr.Group | None, group: zarr.Group, name: str) -> None:
