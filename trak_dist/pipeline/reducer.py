@@ -37,7 +37,6 @@ class Reducer:
         self._covered: dict[int, list[tuple[int, int]]] = {}
         self._job: ScoreJob | None = None
         self._started = 0.0
-        self._reused = 0
 
     def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
         """Add the partial XᵀX of train rows ``[start, end)``."""
@@ -121,7 +120,6 @@ class Reducer:
             r.block_rows,
             self.device,
         )
-        self._reused = self._job.blocks - len(self._job.pending)
         return list(self._job.pending)
 
     def run_block(self, task: BlockTask) -> BlockResult:
@@ -158,7 +156,7 @@ class Reducer:
             x_passes=plan.x_passes,
             blocks=job.blocks,
             blocks_computed=job.blocks_computed,
-            blocks_reused=self._reused,
+            blocks_reused=job.blocks_reused,
             bytes_read=job.bytes_read,
             bytes_written=job.bytes_written,
             block_seconds=job.block_seconds,

@@ -45,6 +45,11 @@ class ScoreJob:
     def blocks(self) -> int:
         return len(self.plan.row_ranges) * len(self.plan.super_blocks)
 
+    @property
+    def blocks_reused(self) -> int:
+        """Blocks an earlier run committed (not in ``pending``)."""
+        return self.blocks - len(self.pending)
+
     def record(self, result: BlockResult) -> None:
         """Count a finished block's work (wherever it ran)."""
         self.bytes_read += result.bytes_read
