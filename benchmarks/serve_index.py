@@ -9,6 +9,9 @@ median reported) so that a machine shared with other work slows them alike:
 - ``float32``, ``float16``: ``AttributionIndex`` holding X as that dtype (cache-sized float32
   blocks, ``[m, rows]`` scores, both selections along contiguous memory).
 - ``numpy``: ``X·Yᵀ`` on the float32 X by numpy (OpenBLAS), ``argpartition`` for the top k.
+- ``float16 pool``: the float16 index with ``threads`` pass threads (``serve.cpus_per_replica``
+  whole CPUs), each torch call on one core; the other variants use ``threads`` torch (OpenMP)
+  threads per call.
 
     python -m benchmarks.serve_index                      # n = 1M, p = 512
 """
@@ -61,7 +64,7 @@ def main() -> None:
     x32np, wnp = x32.numpy(), q.numpy()
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
-        torch.set_num_threads(threads)
+        pool = AttributionIndex(x16, q, kinv, [1.0], threads=threads)
         for m in (1, 16):
             y = torch.from_numpy(rng.standard_normal((m, args.p), dtype=np.float32))
             variants: dict[str, Callable[[], object]] = {
@@ -69,19 +72,24 @@ def main() -> None:
                 "float32": lambda y=y: idx32.topk(y, args.k),
                 "float16": lambda y=y: idx16.topk(y, args.k),
                 "numpy": lambda y=y: numpy_topk(x32np, wnp, y.numpy(), args.k),
+                "float16 pool": lambda y=y, pool=pool: pool.topk(y, args.k),
             }
+            # per variant its torch threads: OpenMP ``threads`` per call, or 1 per pool thread
+            intra = {name: 1 if name == "float16 pool" else threads for name in variants}
             times: dict[str, list[float]] = {name: [] for name in variants}
-            for f in variants.values():
+            for name, f in variants.items():
+                torch.set_num_threads(intra[name])
                 f()  # warm-up
             for _ in range(args.repeat):
                 for name, f in variants.items():
+                    torch.set_num_threads(intra[name])
                     t0 = time.perf_counter()
                     f()
                     times[name].append(time.perf_counter() - t0)
             med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
             rows.append(
                 [args.n, args.p, m, threads, *med.values(), med["previous"] / med["float16"]]
-            )
+            )  # the columns follow ``variants``' order, as HEADERS does
             print(table(HEADERS, rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(table(HEADERS, rows))
@@ -96,6 +104,7 @@ HEADERS = [
     "float32 ms",
     "float16 ms",
     "numpy ms",
+    "float16 pool ms",
     "previous / float16",
 ]
 

@@ -144,7 +144,7 @@ def baseline(cfg: JobConfig, ds, k: int) -> tuple[dict[int, list[int]], list[flo
     from trak_dist.serve import AttributionIndex
     from trak_dist.serve._attributor import Attributor
 
-    torch.set_num_threads(max(1, int(cfg.serve.cpus_per_replica)))
+    torch.set_num_threads(1)  # the index's pass threads, as in the replica
     exact = dataclasses.replace(cfg.serve, device="cpu", ann=None)
     att = Attributor(dataclasses.replace(cfg, serve=exact))
     assert isinstance(att.index, AttributionIndex)

@@ -14,7 +14,7 @@ from tests.scoring.test_blocks import dense
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.pipeline import Reducer, ScoreRequest
 from trak_dist.scoring import ScorePlan, compute_scores, xtx_from_rows
-from trak_dist.scoring._topk import block_topk, merge
+from trak_dist.scoring._topk import block_topk, merge, merge_above
 from trak_dist.store import FeatureStore
 from trak_dist.store._verify import verify
 
@@ -191,3 +191,21 @@ def test_merging_top_lists_in_any_order_or_split_gives_the_same_bits():
             assert torch.equal(got[0], whole[0]) and torch.equal(got[1], whole[1])
     idx, _ = exact_topk(s.numpy(), 9)
     np.testing.assert_array_equal(whole[1].T.numpy(), idx)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("levels", [7, 40, 100_000])  # heavy ties … almost none
+def test_selecting_only_entries_above_the_kth_gives_the_topk_bits(largest, levels):
+    g = torch.Generator().manual_seed(levels)
+    s = torch.randint(-levels, levels, (2000, 30), generator=g).float() / 3
+    s[:, 0] = 1.0  # one column all equal: every entry ties with the k-th
+    for step in (100, 40, 5):  # groups of GROUP rows and a short last one; fewer rows than k
+        got = ref = None
+        for a in range(0, 2000, step):
+            got = merge_above(got, s[a : a + step], a, 9, largest)
+            ref = merge(ref, block_topk(s[a : a + step], a, 9, largest), 9)
+            assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    assert got is not None
+    idx, vals = exact_topk((s if largest else -s).numpy(), 9)
+    np.testing.assert_array_equal(got[1].T.numpy(), idx)
+    np.testing.assert_array_equal(got[0].T.numpy(), vals)

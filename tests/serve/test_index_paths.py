@@ -13,11 +13,12 @@ from trak_dist.serve._ann import AnnIndex
 
 
 def _index(
-    x, q: np.ndarray, c: int, block_rows: int | None, chunk_rows: int = 65536
+    x, q: np.ndarray, c: int, block_rows: int | None, chunk_rows: int = 65536, threads: int = 1
 ) -> AttributionIndex:
     p = x.shape[1] // c
     kinvs = [torch.eye(p, dtype=torch.float64)] * c  # target_side is tested in test_index.py
-    return AttributionIndex(x, torch.from_numpy(q), kinvs, [1.0] * c, block_rows, "cpu", chunk_rows)
+    q_t = torch.from_numpy(q)
+    return AttributionIndex(x, q_t, kinvs, [1.0] * c, block_rows, "cpu", chunk_rows, threads)
 
 
 def _reference(x: np.ndarray, q: np.ndarray, y: np.ndarray, c: int) -> np.ndarray:
@@ -75,7 +76,13 @@ def test_exact_paths_equal_float64(
         index = _index(x, q, c, block_rows, chunk_rows)
         yt = torch.from_numpy(y)
         np.testing.assert_allclose(index.scores(yt).numpy().T, s64, rtol=1e-5, atol=atol)
-        _check_topk(index.topk(yt, k), s64, min(k, n), 1e-5, atol)
+        top = index.topk(yt, k)
+        _check_topk(top, s64, min(k, n), 1e-5, atol)
+        # chunks shared out over pass threads: the same bits as one thread
+        for threads in (2, 3):
+            shared = _index(x, q, c, block_rows, chunk_rows, threads).topk(yt, k)
+            for field in ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val"):
+                np.testing.assert_array_equal(getattr(shared, field), getattr(top, field))
 
 
 def test_float16_index_of_float32_rows_within_its_rounding():

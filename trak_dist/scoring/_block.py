@@ -16,7 +16,7 @@ import torch
 
 from trak_dist.errors import NonFiniteError
 from trak_dist.scoring._plan import BlockResult, BlockTask
-from trak_dist.scoring._topk import TopList, block_topk_t, merge
+from trak_dist.scoring._topk import TopList, merge_above
 from trak_dist.store import FeatureStore, ScoreSet
 from trak_dist.store._zarr import group
 
@@ -81,16 +81,15 @@ def score_block(
             acc = torch.zeros(r1 - r0, c1 - c0, dtype=torch.float32, device=device)
             for x, y in zip(xs, ys, strict=True):
                 acc.addmm_(x, y[c0 - t.t0 : c1 - t.t0].T)
-            block = (acc / c) * (qbar / c)[:, None]
+            block = acc.div_(c).mul_((qbar / c)[:, None])  # (acc / C) · (Σ_c Q_c / C)
             if not bool(torch.isfinite(block.sum())):  # a cheap sum first; inf may be a false alarm
                 refuse_non_finite(block, r0, c0, label)
             if t.full:
                 out = block.cpu().numpy()
                 sset.write_block(r0, c0, out)
                 written += out.nbytes
-            rows_last = block.T.contiguous()
-            best[j] = merge(best[j], block_topk_t(rows_last, r0, k, largest=True), k)
-            worst[j] = merge(worst[j], block_topk_t(rows_last, r0, k, largest=False), k)
+            best[j] = merge_above(best[j], block, r0, k, largest=True)
+            worst[j] = merge_above(worst[j], block, r0, k, largest=False)
     # opponents are kept as the proponents of -S (their values negated) until the final merge
     pv, pi = _padded(_cat(best), k)
     ov, oi = _padded(_cat(worst), k)

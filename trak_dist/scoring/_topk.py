@@ -58,6 +58,88 @@ def merge(best: TopList | None, other: TopList, k: int) -> TopList:
     return vals[:k], rows[:k]
 
 
+def merge_above(
+    best: TopList | None, block: torch.Tensor, first_row: int, k: int, largest: bool
+) -> TopList:
+    """``merge(best, block_topk(block, first_row, k, largest), k)``, the same bits, looking in
+    ``block`` ``[r, t]`` only at the entries that can enter the top-k.
+
+    The extreme (max, or min for opponents) of every ``GROUP`` rows of a column is one cheap
+    reduction over the block. An entry below a column's bound cannot enter its top-k: the bound
+    is the k-th kept value once ``best`` holds k rows (k better are known), else the k-th best
+    group extreme (k distinct entries at least that good). Only groups whose extreme reaches the
+    bound are read again, and only their entries that reach it are sorted. Over a pass in random
+    row order the entries that enter fall as k / blocks seen, so selection costs a small part
+    of the matmul that made the block (a ``topk`` per block cost about half of it;
+    docs/design.md, "Scoring at scale")."""
+    r, t = block.shape
+    ext = _group_extreme(block, largest)  # [⌈r / GROUP⌉, t]
+    if not largest:
+        ext = -ext  # in the kept values: opponents' are those of -S
+    if best is not None and best[0].shape[0] == k:
+        kth = best[0][k - 1]
+    elif best is None and ext.shape[0] >= k:
+        kth = torch.topk(ext.T, k, dim=1).values[:, k - 1]  # [t]
+        best = (
+            torch.full((k, t), -torch.inf, device=block.device),
+            torch.full_like(ext[:k], PAD, dtype=torch.int64),
+        )  # sorts after every entry: none is kept
+    else:  # fewer than k rows so far
+        return merge(best, block_topk_t(block.T.contiguous(), first_row, k, largest), k)
+    # ≥, not >: an entry equal to the k-th value enters when its row is lower
+    groups, cols = (ext >= kth).nonzero(as_tuple=True)
+    if groups.numel() == 0:
+        return best
+    if groups.numel() * GROUP > block.numel() // 8:  # reading most of it: topk is cheaper
+        return merge(best, block_topk_t(block.T.contiguous(), first_row, k, largest), k)
+    rows = groups[:, None] * GROUP + torch.arange(GROUP, device=block.device)  # [q, GROUP]
+    inside = rows < r  # the last group may be short
+    rows = rows.clamp_max(r - 1)
+    vals = block[rows, cols[:, None]]
+    if not largest:
+        vals = -vals
+    take = inside & (vals >= kth[cols][:, None])
+    cols = cols[:, None].expand_as(rows)[take]
+    return _merge_entries(best, vals[take], rows[take] + first_row, cols, k)
+
+
+PAD = torch.iinfo(torch.int64).max  # the row of an empty slot: after every real row
+GROUP = 16  # rows per maximum: the bound costs 1/GROUP of a block, a hit reads GROUP entries
+
+
+def _group_extreme(block: torch.Tensor, largest: bool) -> torch.Tensor:
+    """Per column, the max (``largest``) or min of every GROUP rows of ``block`` ``[r, t]``."""
+    r, t = block.shape
+    whole = r - r % GROUP
+    parts = [block[:whole].view(whole // GROUP, GROUP, t), block[whole:].unsqueeze(0)]
+    parts = [part for part in parts if part.shape[0] * part.shape[1] > 0]
+    reduce = torch.amax if largest else torch.amin
+    return torch.cat([reduce(part, dim=1) for part in parts])
+
+
+def _merge_entries(
+    best: TopList, vals: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, k: int
+) -> TopList:
+    """``best`` ``[k, t]`` merged with entries (``vals``, global ``rows``, ``cols``) ``[q]``;
+    only the columns the entries fall in are re-sorted."""
+    hit, col = torch.unique(cols, return_inverse=True)  # hit columns, ascending; col: [q] in 0…u
+    u = hit.numel()
+    # kept and new entries of the hit columns as one flat list sorted by (column, value desc,
+    # row asc): column j's k best then start at j·k + (new entries in columns < j)
+    all_vals = torch.cat([best[0][:, hit].reshape(-1), vals])
+    all_rows = torch.cat([best[1][:, hit].reshape(-1), rows])
+    all_cols = torch.cat([torch.arange(u, device=vals.device).repeat(k), col])
+    order = torch.argsort(all_rows, stable=True)
+    order = order[torch.argsort(all_vals[order], descending=True, stable=True)]
+    order = order[torch.argsort(all_cols[order], stable=True)]
+    starts = torch.arange(u, device=vals.device) * k
+    starts[1:] += torch.cumsum(torch.bincount(col, minlength=u), 0)[:-1]
+    pick = order[starts[None, :] + torch.arange(k, device=vals.device)[:, None]]
+    out_vals, out_rows = best[0].clone(), best[1].clone()
+    out_vals[:, hit], out_rows[:, hit] = all_vals[pick], all_rows[pick]
+    return out_vals, out_rows
+
+
 def merge_block(best: TopList | None, block: torch.Tensor, first_row: int, k: int) -> TopList:
     """``best`` merged with the top-k of ``block`` ``[r, t]`` (rows ``first_row …``)."""
     return merge(best, block_topk(block, first_row, k), k)

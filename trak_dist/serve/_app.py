@@ -42,9 +42,9 @@ class AttributionService:
     """
 
     def __init__(self, cfg: JobConfig, token: str | None) -> None:
-        # the pass over the index is one matmul per block: give it every CPU the replica has
-        # (Ray leaves intra-op threads at the default, which may be fewer or more)
-        torch.set_num_threads(max(1, int(cfg.serve.cpus_per_replica)))
+        # the index's pass runs one thread per whole CPU of the replica, each torch call on one
+        # core (AttributionIndex's threads); Ray leaves intra-op threads at the default
+        torch.set_num_threads(1)
         self.attributor = Attributor(cfg)
         self.token = token
         self.max_body = cfg.serve.max_body_bytes

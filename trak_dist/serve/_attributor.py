@@ -72,6 +72,7 @@ class Attributor:
             sv.index_mmap_dir,
             sv.block_rows,
             self.device,
+            threads=max(1, int(sv.cpus_per_replica)),
         )
         self.index: AttributionIndex | AnnIndex = (
             exact if sv.ann is None else AnnIndex(exact, sv.ann, sv.ann_nprobe)

@@ -22,7 +22,9 @@ contiguous memory, and Σ_c Q_c / C² is one precomputed weight per row.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +69,9 @@ class AttributionIndex:
         block_rows: train rows per matmul block (None: as many as fill ``BLOCK_BYTES`` as float32).
         device: where the matmuls run.
         chunk_rows: train rows scored before each top-k selection.
+        threads: chunks scored at once by a pool of threads (CPU), each torch call on one
+            core: the pass's chunks are shared out as threads free up, so a core busy with
+            something else (the HTTP proxy, a client) slows the pass by its share only.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class AttributionIndex:
         block_rows: int | None = None,
         device: torch.device | str = "cpu",
         chunk_rows: int = 65536,
+        threads: int = 1,
     ) -> None:
         self.x = x
         self.device = torch.device(device)
@@ -96,8 +102,10 @@ class AttributionIndex:
         # scores are selected chunk by chunk: ~10 small torch calls per top-k merge made
         # 2048-row selections cost ~20% of the pass
         self.chunk_rows = max(chunk_rows, self.block_rows)
-        self._buffer: torch.Tensor | None = None
-        self._scores: torch.Tensor | None = None
+        self._local = threading.local()  # per thread: the reused float32 buffer and scores
+        # torch's own intra-op threads (OpenMP) made a 1M-row pass slower with 2 than with 1 on
+        # this 2-core machine: every ~0.2 ms matmul waited for both cores (benchmarks/RESULTS.md)
+        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
 
     @classmethod
     def from_store(
@@ -111,6 +119,7 @@ class AttributionIndex:
         mmap_dir: str | Path | None = None,
         block_rows: int | None = None,
         device: torch.device | str = "cpu",
+        threads: int = 1,
     ) -> AttributionIndex:
         """The index of ``store``'s train features of ``model_ids`` at ``proj_dim`` (None: the
         stored width), with the λ ``compute_scores`` would use for ``lambda_reg``.
@@ -164,7 +173,7 @@ class AttributionIndex:
         else:
             key = {"store": str(store.where), "spec": spec.to_json(), "ids": ids, "p": p}
             x = mapped(Path(mmap_dir), key, dtype, (n, width), rows, p)
-        return cls(x, qsum, kinvs, lambdas, block_rows, device)
+        return cls(x, qsum, kinvs, lambdas, block_rows, device, threads=threads)
 
     def target_side(self, xt: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         """``[m, C·p]`` float32 Y: per checkpoint ``float32(float64(x_tc) K_c⁻¹)``, the
@@ -188,11 +197,12 @@ class AttributionIndex:
         block = torch.from_numpy(xb) if isinstance(xb, np.ndarray) else xb
         if block.dtype == torch.float32 and block.device == self.device:
             return block
-        if self._buffer is None or self._buffer.shape[0] < r1 - r0:
-            self._buffer = torch.empty(
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None:
+            buffer = self._local.buffer = torch.empty(
                 (self.block_rows, block.shape[1]), dtype=torch.float32, device=self.device
             )
-        out = self._buffer[: r1 - r0]
+        out = buffer[: r1 - r0]
         out.copy_(block)
         return out
 
@@ -200,9 +210,10 @@ class AttributionIndex:
         """Scores ``[m, c1 - c0]`` of train rows ``[c0, c1)``: ``compute_scores``' formula,
         one matmul per block into one reused ``[m, chunk_rows]`` buffer."""
         m = y.shape[0]
-        if self._scores is None or self._scores.shape[0] != m:
-            self._scores = torch.empty((m, self.chunk_rows), device=self.device)
-        out = self._scores[:, : c1 - c0]
+        scores = getattr(self._local, "scores", None)
+        if scores is None or scores.shape[0] != m:
+            scores = self._local.scores = torch.empty((m, self.chunk_rows), device=self.device)
+        out = scores[:, : c1 - c0]
         # float32 rows on the device need no widening: one matmul per chunk
         direct = isinstance(self.x, torch.Tensor) and self.x.dtype == torch.float32
         step = self.chunk_rows if direct and self.x.device == self.device else self.block_rows
@@ -225,11 +236,14 @@ class AttributionIndex:
     def topk(self, y: torch.Tensor, k: int) -> TopK:
         """Exact top-``k`` proponents and opponents of targets ``y`` (from ``target_side``)."""
         k = min(k, self.train_size)
+        chunks = list(self._chunks())
+        pool = self._pool if self.device.type == "cpu" and len(chunks) > 1 else None
+        # per chunk its top-k, folded in chunk order: the same bits however threads ran them
+        parts = (pool.map if pool else map)(lambda c0: self._chunk_topk(y, c0, k), chunks)
         best = worst = None
-        for c0 in self._chunks():
-            block = self._chunk(y, c0, min(self.train_size, c0 + self.chunk_rows))
-            best = _merge(best, block, c0, k, largest=True)
-            worst = _merge(worst, block, c0, k, largest=False)
+        for c0, (b, w) in zip(chunks, parts, strict=True):
+            best = _merge(best, b, c0, k, largest=True)
+            worst = _merge(worst, w, c0, k, largest=False)
         assert best is not None and worst is not None  # n ≥ 1
         return TopK(
             best[1].cpu().numpy(),
@@ -238,18 +252,28 @@ class AttributionIndex:
             worst[0].cpu().numpy(),
         )
 
+    def _chunk_topk(
+        self, y: torch.Tensor, c0: int, k: int
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """The top-k (values, rows from ``c0``) of both sides of chunk ``c0``'s scores."""
+        block = self._chunk(y, c0, min(self.train_size, c0 + self.chunk_rows))
+        kk = min(k, block.shape[1])
+        best = torch.topk(block, kk, dim=1, largest=True)
+        worst = torch.topk(block, kk, dim=1, largest=False)
+        return (best.values, best.indices), (worst.values, worst.indices)
+
 
 def _merge(
     kept: tuple[torch.Tensor, torch.Tensor] | None,
-    block: torch.Tensor,
+    part: tuple[torch.Tensor, torch.Tensor],
     first_row: int,
     k: int,
     largest: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The running top-``k`` (values, train indices) ``[m, ≤k]`` of ``kept`` and ``block``
-    ``[m, rows]``, sorted (descending if ``largest``); blocks may hold fewer than k rows."""
-    vals, idx = torch.topk(block, min(k, block.shape[1]), dim=1, largest=largest)
-    idx = idx + first_row
+    """The running top-``k`` (values, train indices) ``[m, ≤k]`` of ``kept`` and a chunk's
+    top list ``part`` (values, rows from ``first_row``) ``[m, ≤k]``, sorted (descending if
+    ``largest``); chunks may hold fewer than k rows."""
+    vals, idx = part[0], part[1] + first_row
     if kept is not None:
         both = torch.cat([kept[0], vals], dim=1)
         vals, pos = torch.topk(both, min(k, both.shape[1]), dim=1, largest=largest)
