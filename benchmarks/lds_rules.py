@@ -44,7 +44,7 @@ from trak_dist import TRAKer
 from trak_dist.config import DataConfig, EvalConfig, JobConfig, ModelConfig, TaskConfig
 from trak_dist.examples import digits
 from trak_dist.lds import SubsetTrainer, spearman
-from trak_dist.scoring import ensure_factor
+from trak_dist.scoring import AUTO_SCALE, auto_lambda, ensure_factor
 from trak_dist.sources import batch_of
 from trak_dist.store import FeatureStore, subset_mask
 from trak_dist.tasks import margin
@@ -283,7 +283,7 @@ def _target_share(s: Spectrum, c: float) -> float:
 
 Rule = Callable[[Spectrum, float], float]
 RULES: dict[str, tuple[Rule, np.ndarray]] = {
-    "c · largest eigenvalue (auto)": (lambda s, c: c * s.e.max(), 10 ** np.arange(-4, -1, 0.05)),
+    "c · largest eigenvalue": (lambda s, c: c * s.e.max(), 10 ** np.arange(-4, -1, 0.05)),
     "λ with c effective dimensions": (lambda s, c: _deff(s.e, c), np.arange(10, 300, 5.0)),
     "c · trace / min(n, p)": (
         lambda s, c: c * s.e.sum() / min(s.n, s.p),
@@ -298,7 +298,8 @@ RULES: dict[str, tuple[Rule, np.ndarray]] = {
 }
 # the constants the peers and trak_dist use, for the per-benchmark table
 FIXED = [
-    ("auto: 0.007 · largest eigenvalue", "c · largest eigenvalue (auto)", 0.007),
+    (f"auto: {AUTO_SCALE:g} · trace / min(n, p)", "c · trace / min(n, p)", AUTO_SCALE),
+    ("auto before issue 21: 0.007 · largest eigenvalue", "c · largest eigenvalue", 0.007),
     ("Bergson/kronfluence: 0.1 · mean eigenvalue", "c · mean eigenvalue", 0.1),
 ]
 
@@ -380,7 +381,7 @@ def print_curves(all_curves: list) -> None:
     """Each curve's best LDS, where it peaks and what auto gets (λ as multiples of auto's)."""
     rows = []
     for name, (p, k), (lds, spectra) in all_curves:
-        auto = np.mean([0.007 * sp.e.max() / sp.e.mean() for sp in spectra])
+        auto = np.mean([auto_lambda(sp.e, sp.n) / sp.e.mean() for sp in spectra])
         at_auto = float(np.interp(np.log(auto), np.log(GRID), lds))
         i = int(np.argmax(lds))
         rows.append(

@@ -67,12 +67,13 @@ def test_report_shows_lambda_per_checkpoint_and_label_agreement(scored):
     store, result, train, targets = scored
     summary = summarize(result, train, targets)
     auto, fixed = summary["variants"]
-    top_eig = [store.read_factor(c, P)[0].max() for c in (0, 1)]
-    np.testing.assert_allclose(auto["lambdas"], [0.007 * e for e in top_eig], rtol=1e-3)
+    n = store.spec.train_size
+    traces = [np.trace(store.read_xtx(c)[:P, :P]) for c in (0, 1)]
+    np.testing.assert_allclose(auto["lambdas"], [1.25 * t / min(n, P) for t in traces], rtol=1e-3)
     assert fixed["lambdas"] == [0.5, 0.5] and fixed["lambda_reg"] == 0.5
     text = to_markdown(summary)
     per = ", ".join(f"{x:.3g}" for x in auto["lambdas"])
-    assert f"- λ: auto (0.007 × the largest eigenvalue of XᵀX); per checkpoint: {per}" in text
+    assert f"- λ: auto (1.25 × tr(XᵀX) / min(n, p)); per checkpoint: {per}" in text
     assert "- λ: 0.5 (fixed)" in text
     assert "LDS: not measured; `trak-dist eval`" in text
     # agreement: share of each target's top-4 proponents with its label (independently here)

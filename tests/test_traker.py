@@ -282,7 +282,7 @@ def projected_reference(model, states, train, targets, p, seed, lam):
 
 
 def test_lambda_zero_is_traker_formula_and_auto_is_the_default(setup, tmp_path):
-    """λ=0.0 keeps traker's meaning; no λ means auto: 0.007 × the largest eigenvalue of each
+    """λ=0.0 keeps traker's meaning; no λ means auto: 1.25 × tr(XᵀX) / min(n, p) of each
     checkpoint's XᵀX (here from an SVD of the projected features, independently)."""
     model, states, train, targets = setup
     kw = dict(proj_dim=32, use_half_precision=False, projector_seed=3)
@@ -291,7 +291,8 @@ def test_lambda_zero_is_traker_formula_and_auto_is_the_default(setup, tmp_path):
     np.testing.assert_allclose(zero, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
     def top_eig(g):
-        return 0.007 * float(np.linalg.svd(g.numpy(), compute_uv=False)[0] ** 2)
+        sv = np.linalg.svd(g.numpy().astype(np.float64), compute_uv=False)
+        return 1.25 * float((sv**2).sum()) / min(g.shape)
 
     default = run(TRAKer, model, states[:2], train, targets, tmp_path / "a", **kw)
     ref = projected_reference(model, states[:2], train, targets, 32, 3, top_eig)

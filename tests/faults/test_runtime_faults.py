@@ -528,7 +528,7 @@ def test_scoring_guards_keep_existing_scores(tmp_path):
 
 
 def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
-    """λ=auto is 0.007 × the largest eigenvalue of XᵀX. A non-finite XᵀX is refused before
+    """λ=auto is 1.25 × tr(XᵀX) / min(n, p). A non-finite XᵀX is refused before
     its eigendecomposition, NaN eigenvalues before auto's fallback λ = 1 could hide them; a
     stored factor damaged to NaN is recomputed from the rows (store/_integrity.py), so the
     scores are those of the intact factor (TRAKer path, no Ray)."""
@@ -544,7 +544,7 @@ def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
     good = Factorization.of(gram(x), 50)
     evals = good.eigenvalues.copy()
     evals[3] = np.nan
-    assert auto_lambda(evals) == 1.0  # the fallback the check keeps NaN from reaching
+    assert auto_lambda(evals, 50) == 1.0  # the fallback the check keeps NaN from reaching
     with pytest.raises(NonFiniteError, match=r"model_id=4"):
         Factorization(evals, good.eigenvectors, 50).resolve_lambda("auto", "model_id=4")
 

@@ -76,10 +76,10 @@ def test_a_lambda_sweep_is_scored_from_the_store_measured_recorded_and_used(
     ev = evaluate_config(cfg, tmp_path / "lds")
 
     store = FeatureStore.open(path)
-    # the grid: 10^-3 … 10 × the mean over checkpoints of 0.007·e_max(XᵀX), from numpy here
-    auto = np.mean(
-        [AUTO_SCALE * np.linalg.eigvalsh(store.read_xtx(c)[:P, :P]).max() for c in (0, 1)]
-    )
+    # the grid: 10^-3 … 10 × the mean over checkpoints of auto's λ, 1.25·tr(XᵀX)/min(n, p),
+    # from the stored XᵀX here
+    n = store.spec.train_size
+    auto = np.mean([AUTO_SCALE * np.trace(store.read_xtx(c)[:P, :P]) / min(n, P) for c in (0, 1)])
     grid = [auto * 10 ** (k / 2) for k in range(-6, 3)]
     scored = {name: store.score_set("targets", name).attrs["lambda_reg"] for name in ev.scored}
     assert "p64_lambdaauto" not in ev.scored  # already complete: kept as it was

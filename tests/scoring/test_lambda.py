@@ -20,9 +20,11 @@ from trak_dist.store import variant_name
 
 
 def rule_from_rows(x: np.ndarray) -> float:
-    """The documented rule from X itself: XᵀX's largest eigenvalue is X's largest singular
-    value squared (an SVD of X, not the eigendecomposition of XᵀX the code uses)."""
-    return AUTO_SCALE * float(np.linalg.svd(x.astype(np.float64), compute_uv=False)[0] ** 2)
+    """The documented rule from X itself: XᵀX's eigenvalues are X's singular values squared,
+    at most min(n, p) of them non-zero (an SVD of X, not the eigendecomposition of XᵀX the
+    code uses)."""
+    sv = np.linalg.svd(x.astype(np.float64), compute_uv=False)
+    return AUTO_SCALE * float((sv**2).sum()) / min(x.shape)
 
 
 @pytest.mark.parametrize(("n", "p"), [(200, 30), (30, 200), (64, 64)])
@@ -31,9 +33,9 @@ def test_auto_lambda_is_the_rule_on_the_spectrum(n, p):
     f = Factorization.of(gram(x), n)
     lam = f.resolve_lambda("auto")
     assert lam == pytest.approx(rule_from_rows(x), rel=1e-9)
-    assert lam == auto_lambda(f.eigenvalues)
+    assert lam == auto_lambda(f.eigenvalues, n)
     # it moves with the spectrum's scale: λ of 10·X is 100·λ of X
-    assert auto_lambda(100 * f.eigenvalues) == pytest.approx(100 * lam, rel=1e-12)
+    assert auto_lambda(100 * f.eigenvalues, n) == pytest.approx(100 * lam, rel=1e-12)
     assert f.resolve_lambda(0.25) == 0.25
 
 
@@ -44,7 +46,8 @@ def test_auto_is_never_singular_where_zero_is():
         f.kinv(0.0)
     lam = f.resolve_lambda("auto")
     cond = f.check_conditioning(lam)
-    assert cond <= (1 + 1 / AUTO_SCALE) * (1 + 1e-9)  # e_min is 0 up to rounding
+    # e_max ≤ tr(XᵀX) = λ · min(n, p) / AUTO_SCALE, and e_min is 0 up to rounding
+    assert cond <= (1 + 20 / AUTO_SCALE) * (1 + 1e-9)
     kinv = f.kinv(lam, "none")
     np.testing.assert_allclose(kinv, np.linalg.inv(x.T @ x + lam * np.eye(64)), rtol=1e-8)
     # a zero XᵀX (e.g. zero gradients) still gets a usable λ

@@ -20,8 +20,8 @@ from trak_dist.scoring import AUTO, LambdaReg, compute_scores, ensure_factor
 from trak_dist.store import FeatureStore, record_best, store_lock, variant_name
 
 # the grid, as powers of ten times the auto λ: 1e-3 … 10 in half decades. The best λ measured
-# so far lies between ~0.04× (issue 21's BERT) and ~4× auto (benchmarks/RESULTS.md): covered
-# with a decade to spare on either side
+# on six benchmarks lies between ~0.25× and ~3.3× auto (benchmarks/RESULTS.md, λ on
+# transformers): covered with a decade or more to spare on either side
 GRID_EXPONENTS = tuple(k / 2 for k in range(-6, 3))
 
 

@@ -68,7 +68,7 @@ class Factorization:
         (NonFiniteError for NaN/inf ones, which ``auto_lambda`` would turn into λ = 1)."""
         self.check_finite(context)
         if lambda_reg == AUTO:
-            return auto_lambda(self.eigenvalues)
+            return auto_lambda(self.eigenvalues, self.train_size)
         if lambda_reg == BEST:  # needs the store's record: scoring.resolve_best
             raise ConfigError(
                 "lambda_reg=best must be resolved against a store's recorded best λ first "
@@ -111,7 +111,7 @@ class Factorization:
             raise IllConditionedError(
                 f"XᵀX + λI is singular{where}: smallest eigenvalue {low:.3g}, largest {top:.3g}, "
                 f"λ={lambda_reg:g}.{rank_hint} Scores would be noise. Use lambda_reg=auto (here "
-                f"λ={auto_lambda(self.eigenvalues):.3g}, scaled to this spectrum) or a "
+                f"λ={auto_lambda(self.eigenvalues, n):.3g}, scaled to this spectrum) or a "
                 "larger lambda_reg."
             )
         cond = top / low
