@@ -1,7 +1,7 @@
 """How ``lambda_reg=auto``'s rule and constant were chosen: the LDS of candidate λ rules.
 
-    python -m benchmarks.lds_rules            # ~1 h on 2 busy cores; cached under --out
-    python -m benchmarks.lds_rules --only bert,lm --models 100   # the transformers (issue 21)
+    python -m benchmarks.lds_rules            # all six benchmarks; ~15 min quiet, cached under --out
+    python -m benchmarks.lds_rules --only bert,lm --models 100   # some of them, fewer models
 
 For the digits example's MLP, CNN and transformer (n = 1500, m = 297): 5 checkpoints featurised
 at p = 2048 by TRAKer (p = 512 is its prefix), 200 subset models (α = 0.5, the subsets of
