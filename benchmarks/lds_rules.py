@@ -1,6 +1,6 @@
 """How ``lambda_reg=auto``'s rule and constant were chosen: the LDS of candidate λ rules.
 
-    python -m benchmarks.lds_rules            # all six benchmarks; ~15 min quiet, cached under --out
+    python -m benchmarks.lds_rules     # all six benchmarks; ~15 min on 2 quiet cores; cached
     python -m benchmarks.lds_rules --only bert,lm --models 100   # some of them, fewer models
 
 For the digits example's MLP, CNN and transformer (n = 1500, m = 297): 5 checkpoints featurised
