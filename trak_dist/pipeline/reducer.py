@@ -13,6 +13,7 @@ from trak_dist.scoring import (
     BlockResult,
     BlockTask,
     ScoreJob,
+    ScoreJobRef,
     ensure_factor,
     prepare_scoring,
     score_block,
@@ -121,6 +122,32 @@ class Reducer:
             self.device,
         )
         return list(self._job.pending)
+
+    def hand_over(self) -> ScoreJobRef:
+        """The prepared scoring as a handle another process finishes (``adopt``), after its
+        blocks ran elsewhere (SLURM's score tasks); this reducer is free for the next one."""
+        if self._job is None:
+            raise TrakDistError("hand_over before prepare_scores: a bug in the launcher.")
+        ref, self._job = self._job.ref(), None
+        return ref
+
+    def adopt(self, ref: ScoreJobRef) -> None:
+        """Take over a scoring another process prepared (``hand_over``): ``finish_scores``
+        next. Its blocks are counted as reused unless they were in its ``pending``.
+
+        Raises:
+            StoreStateError: blocks are not committed (a score task did not run or finish);
+                the unfinished set is kept, so a rerun computes only those.
+        """
+        job = ref.open(self.store)
+        missing = int((~job.sset.parts.done_mask()).sum())
+        if missing:
+            raise StoreStateError(
+                f"{missing} of {job.blocks} score blocks of {ref.path} are not committed: a "
+                "score task did not finish. Rerun the launch: committed blocks are kept."
+            )
+        self._job = job
+        self._started = time.perf_counter()
 
     def run_block(self, task: BlockTask) -> BlockResult:
         """One block here (the in-process executor, SLURM's reduce job, TRAKer)."""

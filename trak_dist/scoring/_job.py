@@ -21,6 +21,7 @@ from trak_dist.scoring._plan import FULL_MAX_BYTES, BlockResult, BlockTask, Scor
 from trak_dist.scoring._topk import TopList, merge
 from trak_dist.store import FeatureStore, ScoreSet, variant_name
 from trak_dist.store import _layout as layout
+from trak_dist.store._zarr import group
 
 
 @dataclass
@@ -49,6 +50,19 @@ class ScoreJob:
     def blocks_reused(self) -> int:
         """Blocks an earlier run committed (not in ``pending``)."""
         return self.blocks - len(self.pending)
+
+    def ref(self) -> ScoreJobRef:
+        """A picklable handle on this scoring, for a process that finishes it later (SLURM's
+        merge job): the blocks it still lacked at ``prepare_scoring`` stay its ``pending``."""
+        return ScoreJobRef(
+            self.exp,
+            self.variant,
+            self.plan,
+            self.sset.group.path,
+            tuple(self.pending),
+            self.resumed,
+            tuple(self.lambdas),
+        )
 
     def record(self, result: BlockResult) -> None:
         """Count a finished block's work (wherever it ran)."""
@@ -89,6 +103,35 @@ class ScoreJob:
             )
         self.sset.drop_parts()
         return self.sset.publish()
+
+
+@dataclass(frozen=True)
+class ScoreJobRef:
+    """``ScoreJob.ref()``: what another process needs to finish the scoring (no open store)."""
+
+    exp: str
+    variant: str
+    plan: ScorePlan
+    path: str  # the unfinished set's group in the store
+    pending: tuple[BlockTask, ...]
+    resumed: bool
+    lambdas: tuple[float, ...]
+
+    def open(self, store: FeatureStore) -> ScoreJob:
+        """The scoring again, on ``store`` opened in this process; StoreStateError when its
+        unfinished set is gone (a later scoring of the variant replaced it)."""
+        parent = group(store.root, layout.scores(self.exp))
+        name = self.path.rsplit("/", 1)[-1]
+        if name not in parent:
+            raise StoreStateError(
+                f"the unfinished score set {self.path} is gone: another scoring of "
+                f"{self.variant!r} replaced it. Rerun the scoring."
+            )
+        sset = ScoreSet(group(parent, name), parent, self.variant)
+        return ScoreJob(
+            store, self.exp, self.variant, self.plan, sset, list(self.pending), self.resumed,
+            list(self.lambdas),
+        )  # fmt: skip
 
 
 def _top(got: dict[str, np.ndarray], side: str) -> TopList:
