@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ray.add_argument(
         "--eval", action="store_true", help="run `trak-dist eval` (the LDS) instead of trak-dist"
     )
-    array = sub.add_parser("array", parents=[common], help="array of shard tasks + reduce job")
+    array = sub.add_parser(
+        "array", parents=[common], help="shard tasks, reduce job, score tasks, merge job"
+    )
     array.add_argument("--tasks", type=int, default=4)
     array.add_argument("--cpus-per-task", type=int, default=1)
     array.add_argument("--gpus-per-task", type=int, default=0)
