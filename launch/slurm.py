@@ -6,7 +6,8 @@
 
 ``ray``: one allocation of N nodes running a Ray cluster, the driver on the head (``--eval``:
 ``trak-dist eval``'s driver). ``array``: K array tasks featurise shards with the plain Worker
-(requeued on preemption, skipping committed chunks), then a dependent job reduces and scores.
+(requeued on preemption, skipping committed chunks), a dependent job reduces and prepares the
+scoring, ``--score-tasks`` array tasks score its blocks, and a last job merges them.
 Trailing arguments are Hydra overrides; ``--local`` uses submitit's local executor."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,12 @@ from trak_dist import failures
 from trak_dist._compose import compose_job
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, WorkerFailedError
-from trak_dist.pipeline import prepare
+from trak_dist.pipeline import Prepared, prepare
+from trak_dist.scoring import ScorePlan
 from trak_dist.store import store_lock
 
 # relative: this package is `launch` in a checkout and `trak_dist.launch` once installed
-from ._array import ShardRunner, reduce_and_score, split
+from ._array import ScoreRunner, ShardRunner, merge_and_report, reduce_and_prepare, split
 from ._ray_cluster import RayClusterJob
 
 
@@ -79,6 +82,51 @@ def submit_ray(
     return ex.submit(job)
 
 
+@dataclass(frozen=True)
+class ArrayJobs:
+    """The jobs of one array launch, in the order they run: shard tasks, the reduce job
+    (``StagedScoring``), score tasks (their ``BlockResult`` lists), the merge job (the
+    report's summary)."""
+
+    shards: list[submitit.Job[Any]]
+    reduce: submitit.Job[Any]
+    scores: list[submitit.Job[Any]]
+    merge: submitit.Job[Any]
+
+
+def _after(ex: submitit.Executor, jobs: list[submitit.Job[Any]], local: bool) -> None:
+    """Make the next submission wait for ``jobs`` to succeed."""
+    if local:
+        for j in jobs:  # the local executor has no dependencies: wait here instead
+            j.result()
+        return
+    ids = sorted({j.job_id.split("_")[0] for j in jobs})  # an array's tasks share its id
+    # kill-on-invalid-dep: a cancelled or failed task cancels what waits for it, which would
+    # otherwise stay pending for ever (and `--wait` with it)
+    extra = {"dependency": "afterok:" + ":".join(ids), "kill_on_invalid_dep": "yes"} if ids else {}
+    ex.update_parameters(slurm_additional_parameters=extra)
+
+
+def score_blocks(cfg: JobConfig, prep: Prepared) -> int:
+    """How many score blocks the job's scoring has (its plan; the sizes only)."""
+    s, spec = cfg.scoring, prep.store.spec
+    plan = ScorePlan.of(
+        spec.train_size,
+        prep.store.num_targets(s.exp_name),
+        prep.proj_dim,
+        len(prep.checkpoints),
+        s.topk,
+        s.train_block,
+        s.target_block,
+        s.memory_bytes,
+        s.write_scores,
+        s.full_max_bytes,
+        s.block_rows,
+        spec.chunk_rows,
+    )
+    return len(plan.row_ranges) * len(plan.super_blocks)
+
+
 def submit_array(
     cfg: JobConfig,
     folder: Path,
@@ -89,11 +137,14 @@ def submit_array(
     timeout_min: int = 60,
     partition: str | None = None,
     local: bool = False,
-) -> tuple[list[submitit.Job[Any]], submitit.Job[Any]]:
-    """The array of shard runners and the dependent reduce job."""
+    score_tasks: int | None = None,
+) -> ArrayJobs:
+    """The array of shard runners, the dependent reduce job, the array of ``score_tasks``
+    score runners (default ``tasks``; at most one per block) and the merge job."""
     with store_lock(cfg.store.path):  # every array is created here, once, before any task runs
         prep = prepare(cfg)
     groups = split(prep.train_tasks + prep.target_tasks, tasks)
+    shares = max(1, min(score_tasks or tasks, score_blocks(cfg, prep)))
     ex = executor(
         folder,
         local,
@@ -103,17 +154,16 @@ def submit_array(
         cpus_per_task=cpus_per_task,
         gpus_per_node=gpus_per_task,
     )
-    jobs = ex.map_array(ShardRunner(cfg, prep.checkpoints, prep.width), groups) if groups else []
-    if jobs and local:
-        for j in jobs:  # the local executor has no dependencies: wait here instead
-            j.result()
-    elif jobs:
-        array_id = jobs[0].job_id.split("_")[0]
-        ex.update_parameters(slurm_additional_parameters={"dependency": f"afterok:{array_id}"})
-    reduce = ex.submit(
-        reduce_and_score, cfg, prep.proj_dim, len(prep.checkpoints), folder / "report"
-    )
-    return jobs, reduce
+    shards = ex.map_array(ShardRunner(cfg, prep.checkpoints, prep.width), groups) if groups else []
+    _after(ex, shards, local)
+    reduce = ex.submit(reduce_and_prepare, cfg, prep.proj_dim, len(prep.checkpoints))
+    _after(ex, [reduce], local)
+    staged = reduce.paths.result_pickle
+    scores = ex.map_array(ScoreRunner(cfg, staged), list(range(shares)), [shares] * shares)
+    _after(ex, scores, local)
+    results = [j.paths.result_pickle for j in scores]
+    merge = ex.submit(merge_and_report, cfg, staged, results, folder / "report")
+    return ArrayJobs(shards, reduce, scores, merge)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -146,11 +196,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ray.add_argument(
         "--eval", action="store_true", help="run `trak-dist eval` (the LDS) instead of trak-dist"
     )
-    array = sub.add_parser("array", parents=[common], help="array of shard tasks + reduce job")
+    array = sub.add_parser(
+        "array", parents=[common], help="shard tasks, reduce job, score tasks, merge job"
+    )
     array.add_argument("--tasks", type=int, default=4)
     array.add_argument("--cpus-per-task", type=int, default=1)
     array.add_argument("--gpus-per-task", type=int, default=0)
     array.add_argument("--mem-gb", type=float, default=4)
+    array.add_argument(
+        "--score-tasks", type=int, default=None, help="score array tasks (default: --tasks)"
+    )
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     try:
@@ -193,7 +248,7 @@ def _run(args: argparse.Namespace, overrides: list[str], folder: Path) -> None:
         print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
         final = job
     else:
-        jobs, final = submit_array(
+        jobs = submit_array(
             cfg,
             folder,
             args.tasks,
@@ -203,10 +258,16 @@ def _run(args: argparse.Namespace, overrides: list[str], folder: Path) -> None:
             args.time_min,
             args.partition,
             args.local,
+            args.score_tasks,
         )
-        ids = ", ".join(j.job_id for j in jobs) or "none (all shards committed)"
-        print(f"submitted array tasks {ids}; reduce job {final.job_id} runs after them")
+        ids = ", ".join(j.job_id for j in jobs.shards) or "none (all shards committed)"
+        scores = ", ".join(j.job_id for j in jobs.scores)
+        print(
+            f"submitted array tasks {ids}; then reduce job {jobs.reduce.job_id}, score tasks "
+            f"{scores} and merge job {jobs.merge.job_id}"
+        )
         print(f"logs: {folder}")
+        final = jobs.merge
     if args.wait:
         summary = final.results()[0]
         print(f"done: report {summary['report']}")

@@ -1,9 +1,11 @@
 """One pipeline, every executor: the in-process executor and Ray give the same store bit for bit;
 the run's results are typed; the SLURM array's reduce job (finish_from_store) scores what plain
-Workers committed; the imports of the stages run one way."""
+Workers committed, and its staged scoring (prepare, blocks in shares, merge) gives the same bits;
+the imports of the stages run one way."""
 
 import ast
 import dataclasses
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +25,15 @@ from tests.fixtures.pipeline import (
 )
 from trak_dist.errors import StoreStateError
 from trak_dist.pipeline import (
+    BlockScorer,
     JobResult,
     ScoreRequest,
     ScoreResult,
     Worker,
     finish_from_store,
+    merge_from_store,
     prepare,
+    prepare_from_store,
 )
 from trak_dist.store import FeatureStore, variant_name
 
@@ -122,6 +127,38 @@ def test_finish_from_store_scores_what_plain_workers_committed(tmp_path, digits_
     # XᵀX summed from the store in one block, not from shard partials: float64 rounding only
     np.testing.assert_allclose(xtx(cfg), xtx(reference), rtol=1e-12)
     np.testing.assert_allclose(s, s_ref, rtol=1e-5, atol=1e-5 * np.abs(s_ref).max())
+
+
+def test_staged_scoring_gives_the_bits_of_one_process_and_resumes(tmp_path, digits_checkpoints):
+    """SLURM's scoring stages without SLURM: prepare, blocks in shares (in any order), merge.
+    A launch that ran one share of three and stopped leaves those blocks committed; the next
+    prepares only the others, and the merged S and top-k are the in-process run's bits."""
+    cfg = small_job(tmp_path / "s.zarr", digits_checkpoints)
+    scoring = dataclasses.replace(cfg.scoring, train_block=128, block_rows=256, write_scores="full")
+    cfg = dataclasses.replace(cfg, scoring=scoring)
+    run_in_process(cfg)
+    sset = FeatureStore.open(cfg.store.path, mode="r").score_set("targets", variant_name(P, LAMBDA))
+    s_ref, top_ref = sset.scores(), sset.read_topk()
+    shutil.rmtree(tmp_path / "s.zarr" / "scores")
+
+    first = prepare_from_store(cfg, 2, [(P, LAMBDA)])
+    assert len(first.blocks) == 6  # 1500 rows in ranges of 256, one super-block
+    scorer = BlockScorer(cfg.store.path)
+    ran = [scorer.run(t) for t in first.share(1, 3)]  # then the launch stops
+    assert all(scorer.committed(t) for t in first.share(1, 3))
+    again = prepare_from_store(cfg, 2, [(P, LAMBDA)])
+    assert again.blocks == first.share(0, 3) + first.share(2, 3)
+    with pytest.raises(StoreStateError, match=r"4 of 6 score blocks .* not committed"):
+        merge_from_store(cfg, first, ran)  # the first launch's merge would stop here
+    results = [scorer.run(t) for i in (1, 0) for t in again.share(i, 2)]  # the set was kept
+    result = merge_from_store(cfg, again, results).scores[0]
+    assert (result.blocks, result.blocks_computed, result.blocks_reused) == (6, 4, 2)
+    published = FeatureStore.open(cfg.store.path, mode="r").score_set(
+        "targets", variant_name(P, LAMBDA)
+    )
+    np.testing.assert_array_equal(published.scores(), s_ref)
+    for key, value in top_ref.items():
+        np.testing.assert_array_equal(published.read_topk()[key], value)
 
 
 def imported_modules(package: Path) -> dict[str, set[str]]:

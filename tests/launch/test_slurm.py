@@ -1,7 +1,9 @@
 """The SLURM launchers against a real single-node SLURM (slurmctld, slurmd, slurmdbd, munge)."""
 
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import Dataset
 
 from launch.slurm import submit_array, submit_ray
@@ -51,13 +54,99 @@ def test_array_mode_reduces_after_its_tasks(
 ):
     monkeypatch.chdir(ROOT)  # jobs start in the submitting directory and import launch/ there
     cfg = small_job(tmp_path / "s.zarr", digits_checkpoints, shard_rows=256)
-    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
-    assert len(jobs) == 2
-    summary = reduce.result()
-    results = [j.result() for j in jobs]
+    sub = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    assert len(sub.shards) == 2
+    summary = sub.merge.result()
+    results = [j.result() for j in sub.shards]
     assert sum(sum(r.rows_computed.values()) for r in results) == 2 * (1500 + 297)
     assert Path(summary["report"]).is_file()
     close(job_scores(cfg), reference)
+
+
+@pytest.fixture(scope="module")
+def featurised(tmp_path_factory, digits_checkpoints):
+    """A store featurised and scored in-process, one intra-op thread (as a score task of one
+    CPU), in blocks of 256 train rows: its S and top-k are what the score tasks must give."""
+    cfg = small_job(tmp_path_factory.mktemp("here") / "s.zarr", digits_checkpoints)
+    scoring = dataclasses.replace(cfg.scoring, train_block=128, block_rows=256, write_scores="full")
+    cfg = dataclasses.replace(cfg, scoring=scoring)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert run_in_process(cfg).scores[0].blocks == 6  # 1500 rows in ranges of 256
+    finally:
+        torch.set_num_threads(threads)
+    return cfg, *published(cfg)
+
+
+def published(cfg):
+    sset = FeatureStore.open(cfg.store.path, mode="r").score_set("targets", variant_name(P, LAMBDA))
+    assert sset is not None, "no published scores"
+    return sset.scores(), sset.read_topk()
+
+
+def rescore_copy(featurised, tmp_path):
+    """A copy of the featurised store without its scores: a launch scores it again."""
+    cfg = featurised[0]
+    shutil.copytree(cfg.store.path, tmp_path / "s.zarr", ignore=shutil.ignore_patterns("scores"))
+    store = dataclasses.replace(cfg.store, path=str(tmp_path / "s.zarr"))
+    return dataclasses.replace(cfg, store=store)
+
+
+def same_bits(cfg, s, top):
+    s_got, top_got = published(cfg)
+    np.testing.assert_array_equal(s_got, s)
+    for key, value in top.items():
+        np.testing.assert_array_equal(top_got[key], value)
+
+
+def blocks_of(jobs):
+    return [(r.task.row_range, r.task.super_block, r.worker) for j in jobs for r in j.result()]
+
+
+def test_array_mode_scores_blocks_as_array_tasks(slurm, tmp_path, featurised, monkeypatch):
+    """Reduce, then 3 score tasks of 2 blocks each, then the merge: the in-process bits."""
+    monkeypatch.chdir(ROOT)
+    cfg = rescore_copy(featurised, tmp_path)
+    sub = submit_array(cfg, tmp_path / "jobs", partition=slurm, timeout_min=10, score_tasks=3)
+    assert sub.shards == [] and len(sub.scores) == 3  # every chunk was committed
+    summary = sub.merge.result()
+    blocks = blocks_of(sub.scores)
+    assert sorted((r, s) for r, s, _ in blocks) == [(r, 0) for r in range(6)]
+    assert len({w for _, _, w in blocks}) == 3  # one process per task
+    scoring = summary["variants"][0]["scoring"]
+    assert (scoring["blocks"], scoring["blocks_computed"], scoring["blocks_reused"]) == (6, 6, 0)
+    same_bits(cfg, *featurised[1:])
+
+
+def test_a_cancelled_score_task_is_all_a_rerun_computes(slurm, tmp_path, featurised, monkeypatch):
+    """scancel of one score task (while it waits for the reduce job): the other tasks commit
+    their blocks, the merge job is cancelled with it (never pending for ever), nothing is
+    published; the same launch again computes only the cancelled task's blocks."""
+    monkeypatch.chdir(ROOT)
+    cfg = rescore_copy(featurised, tmp_path)
+    first = submit_array(cfg, tmp_path / "jobs", partition=slurm, timeout_min=10, score_tasks=3)
+    first.scores[1].cancel()
+    kept = blocks_of([first.scores[0], first.scores[2]])
+    assert len(kept) == 4
+    deadline = time.time() + 120
+    while True:
+        first.merge.get_info(mode="force")
+        if first.merge.state not in ("PENDING", "UNKNOWN"):
+            break
+        assert time.time() < deadline, f"the merge job is still {first.merge.state}"
+        time.sleep(1)
+    assert first.merge.state.startswith("CANCELLED")
+    assert FeatureStore.open(cfg.store.path).score_set("targets", variant_name(P, LAMBDA)) is None
+    cancelled = {(t.row_range, t.super_block) for t in first.reduce.result().share(1, 3)}
+    assert len(cancelled) == 2
+
+    again = submit_array(cfg, tmp_path / "jobs", partition=slurm, timeout_min=10, score_tasks=3)
+    summary = again.merge.result()
+    assert {(r, s) for r, s, _ in blocks_of(again.scores)} == cancelled
+    scoring = summary["variants"][0]["scoring"]
+    assert (scoring["blocks_computed"], scoring["blocks_reused"]) == (2, 4)
+    same_bits(cfg, *featurised[1:])
 
 
 def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_factory, monkeypatch):
@@ -69,9 +158,9 @@ def test_array_mode_with_the_kronecker_projection(slurm, tmp_path, tmp_path_fact
     reference = kron_job(tmp_path / "ref.zarr", checkpoints)
     run_in_process(reference)
     cfg = kron_job(tmp_path / "s.zarr", checkpoints)
-    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
-    reduce.result()
-    assert sum(sum(j.result().rows_computed.values()) for j in jobs) == 1500 + 297
+    sub = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    sub.merge.result()
+    assert sum(sum(j.result().rows_computed.values()) for j in sub.shards) == 1500 + 297
     x, s = stored_features(cfg)
     x_ref, s_ref = stored_features(reference)
     np.testing.assert_array_equal(x, x_ref)
@@ -88,9 +177,9 @@ def test_array_mode_attributes_an_llm_as_the_readme_command_does(slurm, tmp_path
     monkeypatch.chdir(tmp_path)  # the README's relative paths
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs import launch/ from the checkout
     cfg = compose_job([*attribute, *SMALL])
-    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
-    reduce.result()
-    assert sum(sum(j.result().rows_computed.values()) for j in jobs) == 3 * (40 + 6)
+    sub = submit_array(cfg, tmp_path / "jobs", tasks=2, partition=slurm, timeout_min=10)
+    sub.merge.result()
+    assert sum(sum(j.result().rows_computed.values()) for j in sub.shards) == 3 * (40 + 6)
     store = FeatureStore.open(cfg.store.path, mode="r")
     sset = store.score_set(cfg.scoring.exp_name, variant_name(cfg.proj_dim, cfg.lambda_reg))
     assert sset is not None
@@ -229,7 +318,8 @@ def test_requeued_array_task_resumes_from_the_store(
     cfg = dataclasses.replace(
         cfg, data=DataConfig(train=SlowDigits("train"), targets=SlowDigits("targets"))
     )
-    jobs, reduce = submit_array(cfg, tmp_path / "jobs", tasks=1, partition=slurm, timeout_min=10)
+    sub = submit_array(cfg, tmp_path / "jobs", tasks=1, partition=slurm, timeout_min=10)
+    jobs = sub.shards
     rows = FeatureStore.open(cfg.store.path).train_rows(0)
     deadline = time.time() + 120
     while rows.done_chunks().sum() < 2:  # a few chunks committed, most still to do
@@ -240,6 +330,6 @@ def test_requeued_array_task_resumes_from_the_store(
     reused, computed = sum(result.rows_reused.values()), sum(result.rows_computed.values())
     assert reused >= 2 * CHUNK  # it skipped what was committed before
     assert computed + reused == 2 * (1500 + 297)
-    reduce.result()
+    sub.merge.result()
     close(job_scores(cfg), reference)
     assert P == 64

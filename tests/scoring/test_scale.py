@@ -4,6 +4,8 @@ rows are split, and a scoring that resumes from its committed blocks."""
 
 import itertools
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -174,6 +176,36 @@ def test_a_killed_scoring_resumes_from_its_committed_blocks(store_path):
     for key, v in sset.read_topk().items():
         np.testing.assert_array_equal(v, top_clean[key])
     assert "parts" not in sset.group  # merged partials are dropped before publishing
+
+
+def test_a_second_scoring_of_the_variant_fails_at_once_while_one_runs(store_path):
+    """Two scorings of one variant would share its unfinished set (the second resuming it under
+    the first, or removing it for another plan): while one holds the variant's lease, another
+    process's scoring fails at once with the lock file named; after the publish it may."""
+    store, _ = mid_store(store_path)
+    req = request(write_scores="full", block_rows=256)
+    first = Reducer(store)
+    tasks = first.prepare_scores(req)
+    second = [
+        sys.executable,
+        "-c",
+        "import sys\n"
+        "from trak_dist.errors import StoreStateError\n"
+        "from trak_dist.pipeline import Reducer, ScoreRequest\n"
+        "try:\n"
+        f"    Reducer({str(store_path)!r}).prepare_scores({req!r})\n"
+        "except StoreStateError as e:\n"
+        "    sys.exit(str(e))\n",
+    ]
+    out = subprocess.run(second, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    assert "another process is scoring 'p24_lambda0.1' of 't'" in out.stderr
+    assert f"{store_path}.scoring-t-p24_lambda0.1.lock" in out.stderr
+    with pytest.raises(StoreStateError, match="another process is scoring"):
+        Reducer(FeatureStore.open(store_path)).prepare_scores(req)  # this process, too
+    first.finish_scores(req, [first.run_block(t) for t in tasks])
+    out = subprocess.run(second, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
 
 
 def test_merging_top_lists_in_any_order_or_split_gives_the_same_bits():

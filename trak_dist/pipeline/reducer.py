@@ -13,6 +13,7 @@ from trak_dist.scoring import (
     BlockResult,
     BlockTask,
     ScoreJob,
+    ScoreJobRef,
     ensure_factor,
     prepare_scoring,
     score_block,
@@ -103,6 +104,9 @@ class Reducer:
         """Y, the plan and the unfinished score set of ``request``; returns the blocks it still
         lacks (an earlier run's committed blocks are kept). One scoring at a time."""
         r = request
+        if self._job is not None:  # an earlier scoring of this reducer stopped midway
+            self._job.release()
+            self._job = None
         self._started = time.perf_counter()
         self._job = prepare_scoring(
             self.store,
@@ -121,6 +125,35 @@ class Reducer:
             self.device,
         )
         return list(self._job.pending)
+
+    def hand_over(self) -> ScoreJobRef:
+        """The prepared scoring as a handle another process finishes (``adopt``), after its
+        blocks ran elsewhere (SLURM's score tasks); this reducer is free for the next one."""
+        if self._job is None:
+            raise TrakDistError("hand_over before prepare_scores: a bug in the launcher.")
+        # the lease ends here: the processes that run the blocks and merge them cannot hold
+        # this one's file lock (docs/slurm.md: one launch of a variant at a time)
+        self._job.release()
+        ref, self._job = self._job.ref(), None
+        return ref
+
+    def adopt(self, ref: ScoreJobRef) -> None:
+        """Take over a scoring another process prepared (``hand_over``): ``finish_scores``
+        next. Its blocks are counted as reused unless they were in its ``pending``.
+
+        Raises:
+            StoreStateError: blocks are not committed (a score task did not run or finish);
+                the unfinished set is kept, so a rerun computes only those.
+        """
+        job = ref.open(self.store)
+        missing = int((~job.sset.parts.done_mask()).sum())
+        if missing:
+            raise StoreStateError(
+                f"{missing} of {job.blocks} score blocks of {ref.path} are not committed: a "
+                "score task did not finish. Rerun the launch: committed blocks are kept."
+            )
+        self._job = job
+        self._started = time.perf_counter()
 
     def run_block(self, task: BlockTask) -> BlockResult:
         """One block here (the in-process executor, SLURM's reduce job, TRAKer)."""
@@ -170,6 +203,10 @@ class Reducer:
         except (OSError, TrakDistError):
             self.discard_scores()
             raise
+        except BaseException:
+            if self._job is not None:  # e.g. Ctrl-C: the set stays to resume, the lease goes
+                self._job.release()
+            raise
         return self.finish_scores(request, results)
 
     def discard_scores(self) -> None:
@@ -177,5 +214,5 @@ class Reducer:
         non-finite scores): the variant's previous scores stay. A killed or interrupted
         scoring keeps its set, which the rerun resumes."""
         if self._job is not None:
-            self._job.sset.discard()
+            self._job.discard()
             self._job = None

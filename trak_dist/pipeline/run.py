@@ -75,7 +75,7 @@ def run_pipeline(
         phases["score"] = time.perf_counter() - t3
     phases["total"] = time.perf_counter() - t0
     reused = {k: prep.rows_done[k] + feats.rows_reused[k] for k in feats.rows_reused}
-    return _job_result(cfg, prep.store, len(prep.checkpoints), scores, phases, conditioning,
+    return job_result(cfg, prep.store, len(prep.checkpoints), scores, phases, conditioning,
                        dataclasses.replace(feats, rows_reused=reused))  # fmt: skip
 
 
@@ -91,9 +91,12 @@ def score_variants(
     return [score(ScoreRequest.of(cfg, model_ids, p, lam)) for p, lam in bar]
 
 
-def finish_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> JobResult:
-    """Reduce → factorise → score here, for train rows committed without streaming partial XᵀX
-    (SLURM array tasks); StoreStateError if a checkpoint has chunks not featurised."""
+def reduce_stored(
+    cfg: JobConfig, checkpoints: int, variants: Variants
+) -> tuple[Reducer, dict[int, dict[int, float]], float]:
+    """XᵀX of train rows committed without streaming partials (SLURM array tasks) and the
+    factors ``variants`` need, under the store's lock; StoreStateError if a checkpoint has
+    chunks not featurised. Returns the reducer, the condition numbers and the seconds."""
     t0 = time.perf_counter()
     ids = list(range(checkpoints))
     with store_lock(cfg.store.path):
@@ -101,15 +104,21 @@ def finish_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> J
         for mid in ids:
             reducer.reduce_stored(mid)
         conditioning = reducer.factorize(ids, sorted({p for p, _ in variants}))
+    return reducer, conditioning, time.perf_counter() - t0
+
+
+def finish_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> JobResult:
+    """Reduce → factorise → score here, every block in this process (``reduce_stored``)."""
+    reducer, conditioning, reduce_s = reduce_stored(cfg, checkpoints, variants)
     t1 = time.perf_counter()
-    scores = score_variants(cfg, reducer.score, ids, variants)
-    phases = {"reduce": t1 - t0, "score": time.perf_counter() - t1}
+    scores = score_variants(cfg, reducer.score, list(range(checkpoints)), variants)
+    phases = {"reduce": reduce_s, "score": time.perf_counter() - t1}
     # what the array tasks computed and reused is in their own results
     done = FeaturizeReport(rows_computed={}, rows_reused={})
-    return _job_result(cfg, reducer.store, checkpoints, scores, phases, conditioning, done)
+    return job_result(cfg, reducer.store, checkpoints, scores, phases, conditioning, done)
 
 
-def _job_result(
+def job_result(
     cfg: JobConfig,
     store: FeatureStore,
     checkpoints: int,

@@ -10,7 +10,8 @@ import socket
 import torch
 
 from trak_dist.scoring import BlockResult, BlockTask, score_block
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureStore, ScoreSet
+from trak_dist.store._zarr import group
 
 
 class BlockScorer:
@@ -24,6 +25,12 @@ class BlockScorer:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def committed(self, task: BlockTask) -> bool:
+        """Whether block (``task.row_range``, ``task.super_block``) has its commit flag (an
+        earlier run of the task, e.g. before SLURM requeued it, finished it)."""
+        sset = ScoreSet(group(self.store.root, task.group))
+        return bool(sset.parts.done[task.row_range, task.super_block])
 
     def run(self, task: BlockTask) -> BlockResult:
         """Block (``task.row_range``, ``task.super_block``): its S block (if full), its

@@ -4,7 +4,7 @@ from trak_dist.scoring._best import best_record, resolve_best
 from trak_dist.scoring._block import score_block
 from trak_dist.scoring._blocks import compute_scores, ensure_factor, xtx_from_rows
 from trak_dist.scoring._factor import KINV_SCALINGS, Factorization, gram
-from trak_dist.scoring._job import ScoreJob, prepare_scoring
+from trak_dist.scoring._job import ScoreJob, ScoreJobRef, prepare_scoring
 from trak_dist.scoring._lambda import (
     AUTO,
     AUTO_SCALE,
@@ -40,6 +40,7 @@ __all__ = [
     "Factorization",
     "LambdaReg",
     "ScoreJob",
+    "ScoreJobRef",
     "ScorePlan",
     "auto_lambda",
     "auto_rule",

@@ -78,5 +78,7 @@ def compute_scores(
             job.record(score_block(store, task, device))
         return job.finish()
     except (TrakDistError, OSError):
-        job.sset.discard()
+        job.discard()
         raise
+    finally:
+        job.release()  # e.g. Ctrl-C: the set stays for a rerun, which needs the lease

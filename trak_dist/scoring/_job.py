@@ -19,8 +19,9 @@ from trak_dist.scoring._factor import Factorization
 from trak_dist.scoring._lambda import AUTO, LambdaReg, auto_rule, parse_lambda
 from trak_dist.scoring._plan import FULL_MAX_BYTES, BlockResult, BlockTask, ScorePlan
 from trak_dist.scoring._topk import TopList, merge
-from trak_dist.store import FeatureStore, ScoreSet, variant_name
+from trak_dist.store import FeatureStore, ScoreSet, ScoringLease, scoring_lease, variant_name
 from trak_dist.store import _layout as layout
+from trak_dist.store._zarr import group
 
 
 @dataclass
@@ -40,6 +41,7 @@ class ScoreJob:
     bytes_written: int = 0
     blocks_computed: int = 0
     block_seconds: float = field(default=0.0)
+    lease: ScoringLease | None = field(default=None, repr=False)
 
     @property
     def blocks(self) -> int:
@@ -49,6 +51,31 @@ class ScoreJob:
     def blocks_reused(self) -> int:
         """Blocks an earlier run committed (not in ``pending``)."""
         return self.blocks - len(self.pending)
+
+    def ref(self) -> ScoreJobRef:
+        """A picklable handle on this scoring, for a process that finishes it later (SLURM's
+        merge job): the blocks it still lacked at ``prepare_scoring`` stay its ``pending``."""
+        return ScoreJobRef(
+            self.exp,
+            self.variant,
+            self.plan,
+            self.sset.group.path,
+            tuple(self.pending),
+            self.resumed,
+            tuple(self.lambdas),
+        )
+
+    def release(self) -> None:
+        """Give up the variant's lease (the unfinished set stays, for a rerun to resume)."""
+        if self.lease is not None:
+            self.lease.release()
+
+    def discard(self) -> None:
+        """Remove the unfinished set (an error a rerun would meet again) and the lease."""
+        try:
+            self.sset.discard()
+        finally:
+            self.release()
 
     def record(self, result: BlockResult) -> None:
         """Count a finished block's work (wherever it ran)."""
@@ -88,7 +115,38 @@ class ScoreJob:
                 },
             )
         self.sset.drop_parts()
-        return self.sset.publish()
+        published = self.sset.publish()
+        self.release()
+        return published
+
+
+@dataclass(frozen=True)
+class ScoreJobRef:
+    """``ScoreJob.ref()``: what another process needs to finish the scoring (no open store)."""
+
+    exp: str
+    variant: str
+    plan: ScorePlan
+    path: str  # the unfinished set's group in the store
+    pending: tuple[BlockTask, ...]
+    resumed: bool
+    lambdas: tuple[float, ...]
+
+    def open(self, store: FeatureStore) -> ScoreJob:
+        """The scoring again, on ``store`` opened in this process; StoreStateError when its
+        unfinished set is gone (a later scoring of the variant replaced it)."""
+        parent = group(store.root, layout.scores(self.exp))
+        name = self.path.rsplit("/", 1)[-1]
+        if name not in parent:
+            raise StoreStateError(
+                f"the unfinished score set {self.path} is gone: another scoring of "
+                f"{self.variant!r} replaced it. Rerun the scoring."
+            )
+        sset = ScoreSet(group(parent, name), parent, self.variant)
+        return ScoreJob(
+            store, self.exp, self.variant, self.plan, sset, list(self.pending), self.resumed,
+            list(self.lambdas),
+        )  # fmt: skip
 
 
 def _top(got: dict[str, np.ndarray], side: str) -> TopList:
@@ -192,11 +250,19 @@ def prepare_scoring(
     parent = store.root.require_group(layout.scores(exp))
     grid = (len(plan.row_ranges), len(plan.super_blocks), plan.super_block)
     chunks = (min(n, spec.chunk_rows), plan.target_block)
-    sset, resumed = ScoreSet.resume(parent, name, key, grid, chunks, plan.full, attrs)
+    # held until publish or release: resume (or removal of another plan's set) and Y are
+    # never done under another scoring of the variant
+    lease = scoring_lease(store.where, exp, name)
     try:
-        _write_y(store, exp, sset, ids, lambdas, p, kinv_scaling, plan, device)
-    except (OSError, TrakDistError):
-        sset.discard()  # e.g. a full disk: the previous scores stay, the space is freed
+        sset, resumed = ScoreSet.resume(parent, name, key, grid, chunks, plan.full, attrs)
+        try:
+            _write_y(store, exp, sset, ids, lambdas, p, kinv_scaling, plan, device)
+        except (OSError, TrakDistError):
+            sset.discard()  # e.g. a full disk: the previous scores stay, the space is freed
+            raise
+    except BaseException:
+        if lease is not None:
+            lease.release()
         raise
     done = sset.parts.done_mask()
     pending = [
@@ -220,7 +286,7 @@ def prepare_scoring(
         for r, (r0, r1) in enumerate(plan.row_ranges)
         if not done[r, s]
     ]
-    return ScoreJob(store, exp, name, plan, sset, pending, resumed, lambdas)
+    return ScoreJob(store, exp, name, plan, sset, pending, resumed, lambdas, lease=lease)
 
 
 def _write_y(

@@ -5,7 +5,7 @@ from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
-from trak_dist.store._lock import store_lock
+from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
@@ -27,6 +27,7 @@ __all__ = [
     "FeatureStore",
     "RowSet",
     "ScoreSet",
+    "ScoringLease",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
     "dataset_row_hashes",
@@ -35,6 +36,7 @@ __all__ = [
     "record_best",
     "recorded_best",
     "row_hashes",
+    "scoring_lease",
     "store_lock",
     "subset_mask",
     "variant_name",

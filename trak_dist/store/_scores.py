@@ -4,37 +4,36 @@ per-target top-k.
 Complete or absent: written into ``<variant>.partial-<id>``, marked complete, renamed into place
 (a failed scoring keeps the old scores); object stores rewrite in place, complete flag last.
 A block-wise scoring names its partial set after its plan (``resume``), so a rerun of the same
-plan finds it and skips the blocks committed in ``parts/`` (``_score_parts.py``)."""
+plan finds it and skips the blocks committed in ``parts/`` (``_score_parts.py``). Laying out
+and removing sets on disk is ``_score_files.py``'s."""
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
-from zarr.storage import LocalStore
 
 from trak_dist.errors import StoreStateError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
 from trak_dist.store._layout import y as layout_y
+from trak_dist.store._score_files import (
+    discard_set,
+    lay_out,
+    local_dir,
+    remove_dir,
+    remove_leftovers,
+)
 from trak_dist.store._score_parts import PARTS, ScoreParts
 from trak_dist.store._zarr import array, attr_int
 from trak_dist.store._zarr import group as child
 
 __all__ = ["TOPK_ARRAYS", "ScoreSet", "is_leftover", "variant_name"]
-logger = logging.getLogger(__name__)
-# how long a failed set's folder is kept being removed: zarr writes from I/O threads that can
-# outlive the exception which ended the write, and each write makes its parent folders first,
-# so a removed folder can come back (1 in ~200 full-disk failures here) for a few ms
-REMOVE_SETTLE_S = 0.5
 
 
 def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "mean_abs") -> str:
@@ -43,11 +42,6 @@ def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "me
     lam = lambda_reg if isinstance(lambda_reg, str) else f"{lambda_reg:g}"
     name = f"p{proj_dim}_lambda{lam}"
     return name if kinv_scaling == "mean_abs" else f"{name}_rawkinv"
-
-
-def _local_dir(node: zarr.Group) -> Path | None:
-    store = node.store_path.store
-    return Path(store.root) / node.path if isinstance(store, LocalStore) else None
 
 
 class ScoreSet:
@@ -92,12 +86,12 @@ class ScoreSet:
         absent; other leftovers of ``name`` are removed. True when an earlier run's set was
         found (its committed blocks are kept)."""
         partial = f"{name}{PARTIAL}{key}"
-        base = _local_dir(parent)
+        base = local_dir(parent)
         if base is not None and partial in parent and PARTS in child(parent, partial):
             found = child(parent, partial)
             if found.attrs.get("plan") == key and not found.attrs.get("complete"):
                 return cls(found, parent, name), True
-        _remove_leftovers(parent, base, name)
+        remove_leftovers(parent, base, name)
         n, m, topk = attrs["n"], attrs["m"], attrs["topk"]
         if base is None:  # object stores: in place, complete flag last (see create)
             group = parent.require_group(name)
@@ -107,11 +101,11 @@ class ScoreSet:
         try:
             if base is not None:
                 group = parent.create_group(partial)
-            _lay_out(group, n, m, topk, chunks[0], {**attrs, "plan": key}, full, chunks[1])
+            lay_out(group, n, m, topk, chunks[0], {**attrs, "plan": key}, full, chunks[1])
             ScoreParts.create(group, ranges, blocks, m, min(topk, n), width)
         except BaseException:
             if base is not None:  # e.g. a full disk while laying out (see create)
-                _remove_dir(base / partial)
+                remove_dir(base / partial)
             raise
         return cls(group, parent, name), False
 
@@ -122,7 +116,7 @@ class ScoreSet:
 
     def drop_parts(self) -> None:
         """Remove ``parts/`` once its top-k are merged (before ``publish``)."""
-        base = _local_dir(self.group)
+        base = local_dir(self.group)
         if base is not None:
             # the node first, so that a kill midway leaves no half-listed group behind
             del self.group[PARTS]
@@ -142,22 +136,22 @@ class ScoreSet:
         attrs: dict[str, Any],
     ) -> ScoreSet:
         """An empty set; the variant's current set (if any) stays readable until ``publish``."""
-        base = _local_dir(parent)
-        _remove_leftovers(parent, base, name)
+        base = local_dir(parent)
+        remove_leftovers(parent, base, name)
         if base is None:
             group = parent.require_group(name)
             for key in list(group.keys()):
                 del group[key]
-            _lay_out(group, n, m, topk, chunk_rows, attrs)
+            lay_out(group, n, m, topk, chunk_rows, attrs)
             return cls(group, parent, name)
         partial = f"{name}{PARTIAL}{uuid.uuid4().hex[:12]}"
         try:
             group = parent.create_group(partial)
-            _lay_out(group, n, m, topk, chunk_rows, attrs)
+            lay_out(group, n, m, topk, chunk_rows, attrs)
         except BaseException:
             # e.g. the disk filled while the metadata was written: zarr may have left a folder
             # with no (or a torn) zarr.json, which only the file system can remove
-            _remove_dir(base / partial)
+            remove_dir(base / partial)
             raise
         return cls(group, parent, name)
 
@@ -187,7 +181,7 @@ class ScoreSet:
         self.group.attrs["complete"] = True
         if self._parent is None or self.group.basename == self._name:
             return self
-        base = _local_dir(self._parent)
+        base = local_dir(self._parent)
         assert base is not None  # partial groups exist only in local stores
         final, old = base / self._name, None
         if final.exists():
@@ -200,7 +194,7 @@ class ScoreSet:
 
     def discard(self) -> None:
         """Remove a partial set after a failed scoring (best effort: the disk may be full)."""
-        _discard(self._parent, self.group, self._name)
+        discard_set(self._parent, self.group, self._name)
 
     def write_block(self, r0: int, c0: int, block: np.ndarray) -> None:
         if self.S is None:
@@ -282,81 +276,3 @@ class ScoreSet:
             arr = array(self.group, key)
             out[key] = checked_read(arr, (slice(0, arr.shape[0]), slice(0, arr.shape[1])))
         return out
-
-
-def _lay_out(
-    group: zarr.Group,
-    n: int,
-    m: int,
-    topk: int,
-    chunk_rows: int,
-    attrs: dict[str, Any],
-    full: bool = True,
-    chunk_cols: int = 1024,
-) -> None:
-    """The empty arrays of a score set (S unless not ``full``, and the top-k per target),
-    marked incomplete."""
-    group.attrs.update({**attrs, "n": int(n), "m": int(m), "topk": int(topk), "complete": False})
-    if full:
-        group.create_array(
-            "S",
-            shape=(n, m),
-            chunks=(min(n, chunk_rows), min(m, chunk_cols)),
-            dtype="float32",
-            compressors=CHECKSUM,
-            fill_value=np.nan,
-        )
-    k = min(topk, n)
-    for key in TOPK_ARRAYS:
-        idx = key.endswith("idx")
-        group.create_array(
-            key,
-            shape=(m, k),
-            chunks=(min(m, 4096), max(k, 1)),
-            dtype="int64" if idx else "float32",
-            compressors=CHECKSUM,
-            fill_value=-1 if idx else np.nan,
-        )
-
-
-def _remove_leftovers(parent: zarr.Group, base: Path | None, name: str) -> None:
-    """Remove a killed scoring's partial and old sets of ``name`` (one scorer per variant at a
-    time); on disk, also a folder whose zarr.json never got written."""
-    keys = [p.name for p in base.iterdir()] if base is not None else list(parent.group_keys())
-    for key in keys:
-        if key.startswith(name + PARTIAL) or key.startswith(name + OLD):
-            if base is not None:
-                shutil.rmtree(base / key)
-            else:
-                del parent[key]
-
-
-def _discard(parent: zarr.Group | None, group: zarr.Group, name: str) -> None:
-    if parent is None or group.basename == name:
-        return
-    base = _local_dir(parent)
-    if base is not None:
-        _remove_dir(base / group.basename)
-        return
-    try:
-        del parent[group.basename]
-    except OSError as e:
-        logger.warning("could not remove the partial scores %s: %s", group.path, e)
-
-
-def _remove_dir(path: Path) -> None:
-    """Remove a failed set's folder (best effort: the disk may be full; a failure is logged,
-    never raised over the error that failed the set), and again for REMOVE_SETTLE_S while
-    zarr's lagging I/O threads may recreate it."""
-    deadline = time.monotonic() + REMOVE_SETTLE_S
-    while True:
-        try:
-            shutil.rmtree(path)
-        except FileNotFoundError:
-            pass  # gone already, or never made
-        except OSError as e:
-            logger.warning("could not remove the partial scores %s: %s", path, e)
-            return
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.05)
