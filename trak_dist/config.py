@@ -244,12 +244,15 @@ class ScoringConfig:
         _one_of(self, "write_scores", WRITE_MODES)
         _positive(self, "topk", "train_block", "target_block", "full_max_bytes", "block_rows")
         parse_bytes(self.memory, "scoring.memory")
+        if not self.exp_name or "/" in self.exp_name:
+            raise ConfigError(
+                f"scoring.exp_name={self.exp_name!r}; expected a non-empty name without '/' "
+                "(it names the store group the scores go to)."
+            )
 
     @property
     def memory_bytes(self) -> int:
         return parse_bytes(self.memory, "scoring.memory")
-        if not self.exp_name or "/" in self.exp_name:
-            raise ConfigError(f"exp_name={self.exp_name!r}; expected a non-empty name without '/'.")
 
 
 @dataclass(frozen=True)

@@ -241,3 +241,11 @@ def test_selecting_only_entries_above_the_kth_gives_the_topk_bits(largest, level
     idx, vals = exact_topk((s if largest else -s).numpy(), 9)
     np.testing.assert_array_equal(got[1].T.numpy(), idx)
     np.testing.assert_array_equal(got[0].T.numpy(), vals)
+
+
+@pytest.mark.parametrize("name", ["", "a/b"])
+def test_a_bad_exp_name_is_refused_when_the_config_is_made(name):
+    from trak_dist.config import ScoringConfig
+
+    with pytest.raises(ConfigError, match=r"scoring.exp_name=.*without '/'"):
+        ScoringConfig(exp_name=name)
