@@ -23,6 +23,7 @@ import pytest
 
 from tests.faults.test_runtime_faults import CLI, cli_env, job_args, run_cli
 from tests.fixtures.fault_data import FAULT_DATA
+from tests.fixtures.helpers import still_running
 from tests.fixtures.pipeline import LAMBDA, P
 from trak_dist.store import FeatureStore, variant_name
 
@@ -58,21 +59,6 @@ def top_k(store: Path) -> dict[str, np.ndarray]:
 def report(run_dir: Path) -> dict:
     (variant,) = json.loads((run_dir / "trak_report.json").read_text())["variants"]
     return variant["scoring"]
-
-
-def gone(procs: list[psutil.Process], timeout: float) -> list[str]:
-    deadline = time.time() + timeout
-    while True:
-        alive = []
-        for p in procs:
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(f"{p.pid} {p.name()}")
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.time() > deadline:
-            return alive
-        time.sleep(0.2)
 
 
 def test_sigkill_of_the_driver_while_scoring_and_the_rerun_reuses_committed_blocks(
@@ -113,7 +99,7 @@ def test_sigkill_of_the_driver_while_scoring_and_the_rerun_reuses_committed_bloc
         job = list(seen.values())
         # raylet, GCS and workers go at once; Ray's dashboard and runtime-env agents first
         # try to tell the dead GCS that raylet died, for its reconnect timeout (60 s)
-        left = gone(job, timeout=120)
+        left = still_running(job, timeout=120)
     finally:
         if proc.poll() is None or any(p.is_running() for p in seen.values()):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -28,6 +28,7 @@ import torch
 
 import trak_dist
 from tests.fixtures.fault_data import FAULT_DATA
+from tests.fixtures.helpers import still_running
 from tests.fixtures.pipeline import CHUNK, LAMBDA, P, traker_scores
 from trak_dist.config import (
     ClusterConfig,
@@ -257,7 +258,8 @@ def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, re
     assert proc.returncode == 130
     assert err.strip().splitlines() == [RESUME_LINE]
     assert len(job) >= 4, "the job's Ray processes were not seen"
-    assert _gone(job, timeout=30) == [], "processes of the interrupted job are still running"
+    left = still_running(job, timeout=30)
+    assert left == [], "processes of the interrupted job are still running"
     kept = committed_chunks(store)
     assert kept, "nothing was committed before the interrupt"
     kept_rows = sum(min(CHUNK, N_TRAIN - c * CHUNK) for _, c in kept)
@@ -275,22 +277,6 @@ def _kill(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     if proc.stdout is not None and not proc.stdout.closed:
         proc.communicate()
-
-
-def _gone(procs: list[psutil.Process], timeout: float) -> list[str]:
-    """The processes still running (zombies count as gone) after up to ``timeout`` s."""
-    deadline = time.time() + timeout
-    while True:
-        alive = []
-        for p in procs:
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(f"{p.pid} {p.name()}")
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.time() > deadline:
-            return alive
-        time.sleep(0.5)
 
 
 def _is_loopback(ip: str) -> bool:
@@ -694,7 +680,8 @@ def test_sigint_stops_eval_and_the_rerun_trains_only_the_rest(tmp_path, digits_c
         "trak-dist eval: interrupted; the finished subset models are kept: rerun the same "
         "command to train the rest."
     ]
-    assert _gone(job, timeout=30) == [], "processes of the interrupted eval are still running"
+    left = still_running(job, timeout=30)
+    assert left == [], "processes of the interrupted eval are still running"
     kept = done()
     k = int(kept.sum())
     assert 2 <= k < models, f"{k} of {models} done at the interrupt"
