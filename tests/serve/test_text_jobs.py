@@ -119,6 +119,8 @@ def _refused(url: str, path: str, body: object, status: int, match: str) -> None
         ({"body": "hello"}, " has field(s) ['body']"),
         ({"prompt": "the color", "completion": ""}, " has an empty or missing 'completion'"),
         ({"messages": "hi"}, ": messages is 'hi'; expected a list of objects"),
+        ({"messages": [{"role": "user", "content": "hi"}]}, ": a 'messages' column needs a tok"),
+        ({"text": "the color of kip is", "label": 1}, " has field(s) ['label']"),
         (" ".join(["the old river stone"] * 40), ": 1 row(s) are longer than max_length=64"),
     ],
 )

@@ -14,7 +14,6 @@ from typing import Any
 
 from torch import Tensor
 
-from trak_dist.config import TEXT_ROLES
 from trak_dist.errors import ConfigError, DataError
 from trak_dist.hf import TextSource
 from trak_dist.hf._tokenize import ROLES, pick_mode
@@ -32,12 +31,16 @@ class TextTargets:
         self.encoding = source.encoding()
         self.task = source.task
         names = self.encoding.names
-        self.columns = {names.get(role, role) for role in TEXT_ROLES}
         modes = (
             ["classification"]
             if self.task == "text_classification"
             else ["messages", "prompt_completion", "text"]
         )
+        # the columns the task reads (a label in a causal-LM target is a mistake, not ignored)
+        roles = {r for m in modes for r in ROLES[m]} | (
+            {"text_pair"} if self.task == "text_classification" else set()
+        )
+        self.columns = {names.get(role, role) for role in roles}
         self.formats = " or ".join(
             "{" + ", ".join(f'"{names.get(r, r)}": ...' for r in ROLES[m]) + "}" for m in modes
         )
