@@ -118,6 +118,10 @@ class ServeConfig:
             row then depends in its last bit on its batch, which rounding to a float16 store
             can make a difference of ~1e-4 in its scores.
         device: where targets are featurised and scored (``auto``: cuda if present).
+        text_chars: text jobs: each proponent's / opponent's text in a reply is cut to this
+            many characters (then "…").
+        max_explain: most train examples one ``POST /explain`` decomposes into per-token
+            scores (causal LMs; each costs one gradient per counted token and checkpoint).
     """
 
     host: str = "127.0.0.1"
@@ -139,6 +143,8 @@ class ServeConfig:
     ann_nprobe: int = 16
     featurize_batch: int = 1
     device: str = "auto"
+    text_chars: int = 300
+    max_explain: int = 20
 
     def __post_init__(self) -> None:
         _positive(
@@ -151,6 +157,8 @@ class ServeConfig:
             "block_rows",
             "featurize_batch",
             "ann_nprobe",
+            "text_chars",
+            "max_explain",
         )
         _one_of(self, "index_dtype", ("auto", "float32", "float16"))
         _one_of(self, "device", DEVICES)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.serve import TOKEN, DigitsJob
+from tests.fixtures.serve import TOKEN, DigitsJob, LmJob
 from trak_dist.examples import digits
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -177,3 +177,71 @@ def test_page_shows_proponents_and_opponents(
     )
     message = browser.wait_for("document.getElementById('error').innerText")
     assert "HTTP 400" in message and "has shape [2]" in message
+
+
+def test_page_shows_text_and_token_highlights_for_a_causal_lm(
+    lm_service: str, lm_job: LmJob, browser: Browser
+) -> None:
+    from trak_dist.serve.client import attribute, explain
+
+    browser.send("Page.navigate", url=lm_service)
+    n = lm_job.scores.shape[0]
+    info = browser.wait_for(
+        f"document.getElementById('info').innerText.includes('{n} train examples')"
+        " && document.getElementById('info').innerText"
+    )
+    assert "a string, or a record" in info
+    # a text job's example target is text, and the legend of the highlighting is shown
+    example = browser.js("document.getElementById('target').value")
+    assert example == lm_job.targets[0]["prompt"] + lm_job.targets[0]["completion"]
+    assert browser.js("document.getElementById('legend').hidden") is False
+    # paste plain text (not JSON), k = 3, and press the button
+    text = "the color of kip is blue."
+    browser.js(
+        f"document.getElementById('target').value = {json.dumps(text)};"
+        "document.getElementById('k').value = '3';"
+        "document.getElementById('go').click()"
+    )
+    browser.wait_for("document.querySelectorAll('#opponents .tokens').length === 3")
+    # what the page shows is the service's reply for the text: indices, scores, texts
+    [want] = attribute(lm_service, [text], k=3)
+    for side in ("proponents", "opponents"):
+        rows = _rows(browser, side)
+        assert [int(r[1]) for r in rows] == [p[0] for p in want[side]]
+        np.testing.assert_allclose(
+            [float(r[2]) for r in rows], [p[1] for p in want[side]], rtol=1e-5
+        )
+        assert [r[3] for r in rows] == [lm_job.train_texts[p[0]] for p in want[side]]
+        # each example's tokens, shaded by their shares from /explain
+        found = explain(lm_service, text, [p[0] for p in want[side]])
+        shown = browser.js(
+            f"[...document.querySelectorAll('#{side} tr.row')].map(tr => "
+            "[...tr.querySelectorAll('span.tok')].map(s => [s.textContent, "
+            "s.dataset.score === undefined ? null : Number(s.dataset.score), "
+            "getComputedStyle(s).backgroundColor]))"
+        )
+        for spans, ex in zip(shown, found, strict=True):
+            assert [s[0] for s in spans] == ex["tokens"]
+            assert [s[1] for s in spans] == ex["scores"]  # the same doubles, through JSON
+            colors = [_rgba(s[2]) for s in spans]
+            assert colors[0][3] == 0  # the first token, not predicted: not shaded
+            shares = [s for s in ex["scores"] if s is not None]
+            top = max(abs(s) for s in shares)
+            for color, s in zip(colors[1:], ex["scores"][1:], strict=True):
+                # green raises, red lowers, and the opacity is the share's size
+                assert color[:3] == ((0, 150, 0) if s >= 0 else (210, 0, 0)) or color[3] == 0
+                assert color[3] == pytest.approx(abs(s) / top, abs=5e-3)
+    assert browser.js("document.getElementById('error').innerText") == ""
+    # a bad target (empty text): the service's one-line reason is shown
+    browser.js(
+        "document.getElementById('target').value = '  ';document.getElementById('go').click()"
+    )
+    message = browser.wait_for("document.getElementById('error').innerText")
+    assert "HTTP 400" in message and "empty or missing 'text'" in message
+
+
+def _rgba(css: str) -> tuple[int, int, int, float]:
+    """``rgb(r, g, b)`` or ``rgba(r, g, b, a)`` as numbers (alpha 1 when absent)."""
+    parts = [float(v) for v in re.findall(r"[\d.]+", css)]
+    r, g, b = (int(v) for v in parts[:3])
+    return (r, g, b, parts[3] if len(parts) > 3 else 1.0)

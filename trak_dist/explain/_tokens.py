@@ -17,6 +17,7 @@ goes through the job's own gradient engine and projection.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -104,17 +105,30 @@ class TokenExplainer:
         """``{(train row, target): (positions [J], token scores [J] float64)}``."""
         rows = sorted({i for i, _ in pairs})
         batches = {i: token_batch(dict(self.train[i])) for i in rows}
-        acc = {pair: torch.zeros(len(batches[pair[0]][1]), dtype=torch.float64) for pair in pairs}
+        xs: dict[int, list[Tensor]] = {i: [] for i in rows}  # per row, [J, p] per checkpoint
         for c in self.model_ids:
             state = load_state_dict(self.checkpoints[c], self.featurizer.computer.device)
             self.featurizer.computer.load_state_dict(state)
             for i in rows:
-                x = self.featurizer.project(batches[i][0], c)[:, : self.p].double()
-                for t in (t for r, t in pairs if r == i):
-                    acc[(i, t)] += x @ torch.as_tensor(self.ys[c][t], dtype=torch.float64)
+                xs[i].append(self.featurizer.project(batches[i][0], c)[:, : self.p])
         qbar = {
             i: float(np.mean([self.rows[c].read_q(i, i + 1)[0] for c in self.model_ids]))
             for i in rows
         }
-        n = len(self.model_ids)
-        return {pair: (batches[pair[0]][1], acc[pair] / n * qbar[pair[0]]) for pair in pairs}
+        return {
+            (i, t): (
+                batches[i][1],
+                token_scores(xs[i], [self.ys[c][t] for c in self.model_ids], qbar[i]),
+            )
+            for i, t in pairs
+        }
+
+
+def token_scores(xs: Sequence[Tensor], ys: Sequence[Any], qbar: float) -> Tensor:
+    """``s_j = mean_c(x_jc · y_c) · Q̄`` ``[J]`` float64, from the token rows ``[J, p]`` and the
+    target's preconditioned row ``[p]`` of each checkpoint, and the example's mean Q."""
+    acc = sum(
+        (x.double() @ torch.as_tensor(y, dtype=torch.float64) for x, y in zip(xs, ys, strict=True)),
+        torch.zeros(xs[0].shape[0], dtype=torch.float64),
+    )
+    return acc / len(xs) * qbar

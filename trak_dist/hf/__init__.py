@@ -7,10 +7,11 @@
 
 from trak_dist.hf._checkpoints import absolute, check_dirs, expand, is_hf_dir, load_state
 from trak_dist.hf._model import AdapterModel, from_checkpoints, load_pretrained
-from trak_dist.hf._text import TextDataset, TextSource, text_sources
+from trak_dist.hf._text import Encoding, TextDataset, TextSource, text_sources
 
 __all__ = [
     "AdapterModel",
+    "Encoding",
     "TextDataset",
     "TextSource",
     "absolute",

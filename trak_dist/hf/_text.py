@@ -70,26 +70,61 @@ class TextSource:
     task: str
 
     def __call__(self, **_: Any) -> TextDataset:
+        encoding = self.encoding()
+        rows = read_rows(self.path, self.what)
+        mode = pick_mode(list(rows.column_names), encoding.names, self.task, self.what)
+        return encoding.dataset(rows, mode, self.what)
+
+    def encoding(self) -> Encoding:
+        """The checkpoint's tokenizer and the job's ``data.text`` rules (``trak-dist serve``
+        tokenises raw-text targets with it, exactly as the job tokenised its rows)."""
         first = expand(self.checkpoints)[0]
         tokenizer = load_tokenizer(self.text.tokenizer, first, self.base)
         config = read_json(model_dir(first, self.base) / MODEL_FILE)
         check_vocabulary(tokenizer, config, self.what)
-        rows = read_rows(self.path, self.what)
-        names = dict(self.text.columns)
-        mode = pick_mode(list(rows.column_names), names, self.task, self.what)
-        encode = Tokenise(tokenizer, mode, names, dict(config.get("label2id") or {}))
-        encoded = [encode(row, i, self.what) for i, row in enumerate(rows)]
-        limit = self.text.max_length or _positions(config)
-        encoded = _fit(encoded, limit, self.text.truncate, self.what)
-        vocab = int(config.get("vocab_size") or len(tokenizer))
+        return Encoding(
+            tokenizer,
+            dict(self.text.columns),
+            dict(config.get("label2id") or {}),
+            self.text.max_length or _positions(config),
+            self.text.truncate,
+            int(config.get("vocab_size") or len(tokenizer)),
+            self.task,
+        )
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """How rows of text become token rows: the tokenizer, column names (role → column), label
+    names, ``max_length`` (None: no limit) and ``truncate``, the model's vocabulary size."""
+
+    tokenizer: Any
+    names: dict[str, str]
+    label2id: dict[str, int]
+    limit: int | None
+    truncate: bool
+    vocab: int
+    task: str
+
+    def dataset(self, rows: Any, mode: str, what: str) -> TextDataset:
+        """``rows`` (dicts of columns, all of one ``mode``) tokenised, cut or refused at
+        ``limit``, and padded on the right to the longest.
+
+        Raises:
+            DataError: an empty text, a row longer than ``limit`` (without ``truncate``), a
+                row with no token to predict, a token outside the vocabulary.
+        """
+        encode = Tokenise(self.tokenizer, mode, self.names, self.label2id)
+        encoded = [encode(row, i, what) for i, row in enumerate(rows)]
+        encoded = _fit(encoded, self.limit, self.truncate, what)
         top = max(max(e.ids) for e in encoded)
-        if top >= vocab:
+        if top >= self.vocab:
             raise DataError(
-                f"{self.what}: token id {top} is outside the model's vocabulary of {vocab}; the "
+                f"{what}: token id {top} is outside the model's vocabulary of {self.vocab}; the "
                 "tokenizer does not belong to this model (give the right one as "
                 "data.text.tokenizer=DIR)."
             )
-        return TextDataset(_pad(encoded, _pad_id(tokenizer)), tokenizer, mode)
+        return TextDataset(_pad(encoded, _pad_id(self.tokenizer)), self.tokenizer, mode)
 
 
 def load_tokenizer(named: str | None, first: Path, base: str | None) -> Any:

@@ -7,6 +7,9 @@ and its answers equal the batch job's ``score_set(...).scores()`` for the same t
     trak-dist                 # the batch job (the digits example)
     trak-dist serve           # http://127.0.0.1:8000/: POST /attribute, GET /health, GET /
 
+Text jobs (``data=text``) also take raw text and reply with the examples' text; causal LMs
+explain a score token by token (``POST /explain``, ``trak_dist.serve._explain``).
+
 ``trak_dist.serve.client.attribute`` is a client; ``start``/``stop`` deploy from Python.
 """
 

@@ -1,4 +1,5 @@
-"""The Ray Serve deployment: ``POST /attribute``, ``GET /health``, ``GET /``, ``GET /train/<i>``.
+"""The Ray Serve deployment: ``POST /attribute``, ``POST /explain`` (causal LMs: per-token
+scores), ``GET /health``, ``GET /``, ``GET /info``, ``GET /train/<i>``.
 
 Every refusal is one JSON line ``{"error": "..."}`` with a 4xx status, and the replica goes on
 serving. Requests are checked one by one, then batched across concurrent requests (``Batcher``:
@@ -8,6 +9,7 @@ index.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -48,6 +50,7 @@ class AttributionService:
         self.attributor = Attributor(cfg)
         self.token = token
         self.max_body = cfg.serve.max_body_bytes
+        self.max_explain = cfg.serve.max_explain
         self.batcher: Batcher[tuple[list[Item], int], Any] = Batcher(
             self._answer, cfg.serve.max_batch_size, cfg.serve.batch_wait_s
         )
@@ -61,7 +64,13 @@ class AttributionService:
             "example": self.attributor.parser.example,
             "max_targets": self.attributor.parser.max_targets,
             "max_k": self.attributor.parser.max_k,
+            # text jobs: targets may be raw text (the example is one), replies carry texts
+            "text": self.attributor.text is not None,
+            "explain": self.attributor.tokens is not None,
+            "max_explain": cfg.serve.max_explain,
         }
+        if self.attributor.text is not None and self.attributor.example_text is not None:
+            self.info["example"] = self.attributor.example_text
 
     async def __call__(self, request: Request) -> Response:
         path, method = request.url.path.rstrip("/") or "/", request.method
@@ -77,12 +86,19 @@ class AttributionService:
             return JSONResponse(self.info)
         if path.startswith("/train/") and method == "GET":
             return self._train_item(path.removeprefix("/train/"))
-        if path == "/attribute":
+        if path in ("/attribute", "/explain"):
             if method != "POST":
-                return _error(405, f"{method} /attribute; use POST with a JSON body.")
-            return await self._attribute(request)
+                return _error(405, f"{method} {path}; use POST with a JSON body.")
+            body = await self._body(request)
+            if isinstance(body, Response):
+                return body
+            if path == "/explain":
+                return await self._explain(body)
+            return await self._attribute(body)
         return _error(
-            404, f"no route {method} {path}; routes: POST /attribute, GET /health, GET /."
+            404,
+            f"no route {method} {path}; routes: POST /attribute, POST /explain, GET /health, "
+            "GET /info, GET /train/<i>, GET /.",
         )
 
     def _authorized(self, request: Request) -> bool:
@@ -97,9 +113,13 @@ class AttributionService:
         n = self.attributor.index.train_size
         if not text.isdigit() or int(text) >= n:
             return _error(404, f"train example {text!r}; expected an index in [0, {n}).")
-        return JSONResponse({"index": int(text), "item": self.attributor.train_item(int(text))})
+        reply = {"index": int(text), "item": self.attributor.train_item(int(text))}
+        if self.attributor.text is not None:  # text jobs: the example as text, whole
+            reply["text"] = str(self.attributor.train.decode(int(text)))
+        return JSONResponse(reply)
 
-    async def _attribute(self, request: Request) -> Response:
+    async def _body(self, request: Request) -> Any:
+        """The decoded JSON body, or the 4xx reply refusing it."""
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
             return _error(
@@ -111,9 +131,27 @@ class AttributionService:
             if len(body) > self.max_body:
                 return _error(413, f"body over serve.max_body_bytes={self.max_body} bytes.")
         try:
-            query = self.attributor.parser.parse(json.loads(body))
+            return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return _error(400, f"the body is not JSON ({e}).")
+
+    async def _explain(self, body: Any) -> Response:
+        if self.attributor.tokens is None:
+            return _error(
+                404, "POST /explain: per-token explanations are for causal-LM text jobs only."
+            )
+        try:
+            item, indices = self.attributor.parser.parse_explain(body, self.max_explain)
+            found = await asyncio.to_thread(self.attributor.explain, item, indices)
+        except BadRequest as e:
+            return _error(e.status, str(e))
+        except TrakDistError as e:
+            return _error(400, str(e))
+        return JSONResponse({"explanations": found})
+
+    async def _attribute(self, body: Any) -> Response:
+        try:
+            query = self.attributor.parser.parse(body)
         except BadRequest as e:
             return _error(e.status, str(e))
         result = await self.batcher.submit((query.targets, query.k))

@@ -12,6 +12,7 @@ depends on the requests batched with it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,8 +26,10 @@ from trak_dist.gradients import make_computer
 from trak_dist.pipeline.worker import pick_device
 from trak_dist.scoring import resolve_best
 from trak_dist.serve._ann import AnnIndex
+from trak_dist.serve._explain import TokenScores
 from trak_dist.serve._index import AttributionIndex, TopK
 from trak_dist.serve._request import Item, RequestParser
+from trak_dist.serve._text import TextTargets, train_text
 from trak_dist.sources import (
     batch_of,
     build_dataset,
@@ -80,10 +83,26 @@ class Attributor:
         self.featurizers = [self._featurizer(cfg, store, c, p) for c, p in enumerate(paths)]
         self.train = build_dataset(cfg.data.train, cfg.data.kwargs, "data.train")
         try:
-            template = build_dataset(cfg.data.targets, cfg.data.kwargs, "data.targets")[0]
+            targets = build_dataset(cfg.data.targets, cfg.data.kwargs, "data.targets")
+            template = targets[0]
         except (ConfigError, IndexError):
-            template = self.train[0]
-        self.parser = RequestParser(template, self.index.train_size, sv.max_targets, sv.max_k)
+            targets, template = self.train, self.train[0]
+        # text jobs: the first target as text, the page's example
+        self.example_text = str(targets.decode(0)) if hasattr(targets, "decode") else None
+        self.text = _text_targets(cfg)
+        self.text_chars = sv.text_chars
+        self.parser = RequestParser(
+            template, self.index.train_size, sv.max_targets, sv.max_k, self.text
+        )
+        # one gradient computation at a time on the model copies (/attribute's batches run in
+        # the batcher's thread, /explain in another)
+        self.lock = threading.Lock()
+        self.tokens = None
+        if self.text is not None and cfg.task.name == "causal_lm":
+            qbar = exact.qsum / len(paths)
+            self.tokens = TokenScores(
+                self.featurizers, qbar, self.train, exact.proj_dim, cfg.featurize.micro_batch
+            )
         logger.info(
             "serving %d train rows, %d checkpoint(s), proj_dim=%d, λ=%s",
             self.index.train_size,
@@ -134,10 +153,11 @@ class Attributor:
         out = torch.empty(len(items), self.index.num_checkpoints * self.index.proj_dim)
         for positions in groups.values():
             batch = batch_of([items[i] for i in positions], 0, len(positions))
-            xs = [
-                f.project(batch, c).numpy().astype(self.store_dtype)
-                for c, f in enumerate(self.featurizers)
-            ]
+            with self.lock:
+                xs = [
+                    f.project(batch, c).numpy().astype(self.store_dtype)
+                    for c, f in enumerate(self.featurizers)
+                ]
             out[positions] = self.index.target_side(xs).cpu()
         return out
 
@@ -145,16 +165,30 @@ class Attributor:
         """Top-``k`` proponents and opponents of each item, ``[m, k]`` each."""
         return self.index.topk(self.target_rows(items).to(self.device), k)
 
-    def reply(self, items: Sequence[Item], k: int) -> list[dict[str, list[list[float]]]]:
-        """``attribute`` as the JSON results: per item, ``[[index, score], ...]`` lists."""
+    def reply(self, items: Sequence[Item], k: int) -> list[dict[str, list[Any]]]:
+        """``attribute`` as the JSON results: per item, ``[[index, score], ...]`` lists, and
+        for text jobs the examples' texts in parallel lists (``proponents_text``, ...)."""
         top = self.attribute(items, k)
-        return [
-            {
-                "proponents": _pairs(top.proponents_idx[t], top.proponents_val[t]),
-                "opponents": _pairs(top.opponents_idx[t], top.opponents_val[t]),
-            }
-            for t in range(len(items))
-        ]
+        out = []
+        for t in range(len(items)):
+            result: dict[str, list[Any]] = {}
+            for side in ("proponents", "opponents"):
+                pairs = _pairs(getattr(top, f"{side}_idx")[t], getattr(top, f"{side}_val")[t])
+                result[side] = pairs
+                if self.text is not None:
+                    result[f"{side}_text"] = [
+                        train_text(self.train, int(i), self.text_chars) for i, _ in pairs
+                    ]
+            out.append(result)
+        return out
+
+    def explain(self, item: Item, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Per-token scores of train examples ``indices`` for one target (causal LMs)."""
+        if self.tokens is None:
+            raise ConfigError("per-token explanations need a causal-LM text job (data=text).")
+        y = self.target_rows([item])[0]
+        with self.lock:
+            return [self.tokens.explain(y, i) for i in indices]
 
     def train_item(self, index: int) -> Any:
         """Train example ``index`` as JSON-able nested lists (for the page)."""
@@ -162,6 +196,18 @@ class Attributor:
         if isinstance(item, dict):
             return {k: torch.as_tensor(v).tolist() for k, v in item.items()}
         return [torch.as_tensor(v).tolist() for v in item]
+
+
+def _text_targets(cfg: JobConfig) -> TextTargets | None:
+    """Raw-text targets for a ``data=text`` job (tokenised as its target file was)."""
+    if cfg.data.format != "text":
+        return None
+    from trak_dist.hf import TextSource
+
+    for source in (cfg.data.targets, cfg.data.train):
+        if isinstance(source, TextSource):
+            return TextTargets(source)
+    return None
 
 
 def _pairs(idx: np.ndarray, val: np.ndarray) -> list[list[float]]:

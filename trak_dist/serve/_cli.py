@@ -18,8 +18,11 @@ projection.*, proj_dim and lambda_reg, plus the serve.* options:
 
 Routes: POST /attribute {"targets": [...], "k": 10} -> {"results": [{"proponents":
 [[index, score], ...], "opponents": [...]}, ...]}; GET /health; GET /info (the target format);
-GET /train/<i>; GET / (a page). Every request needs "Authorization: Bearer <token>" when a
-token is set (except GET /health).
+GET /train/<i>; GET / (a page). Text jobs (data=text): a target may be a string or a record
+of the data file ({"prompt": ..., "completion": ...}), results add "proponents_text" and
+"opponents_text" (serve.text_chars); causal LMs: POST /explain {"target": ..., "train": [i, ...]}
+-> per-token shares of each score (serve.max_explain). Every request needs
+"Authorization: Bearer <token>" when a token is set (except GET /health).
 
   trak-dist && trak-dist serve                     # the digits example
   trak-dist serve serve.host=0.0.0.0 serve.token_file=token serve.num_replicas=2

@@ -4,7 +4,8 @@ A target is one dataset item as JSON: a tuple item's fields as a list (the digit
 ``(image [64], label)`` is ``[[64 numbers], 3]``), a dict item's fields by name
 (``{"input_ids": [...], "attention_mask": [...], "labels": [...]}``). Each field must have the
 template item's number of dimensions and shape; 1-D integer fields (token ids) may have any
-length, the same for all of them within one target.
+length, the same for all of them within one target. Text jobs also take raw text: a string or
+a record of the data file's columns, tokenised by ``text`` (``trak_dist.serve._text``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -27,6 +28,17 @@ class BadRequest(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class TextEncoder(Protocol):
+    def describe(self) -> str: ...
+
+    def encode(self, raw: Any, where: str) -> dict[str, torch.Tensor]: ...
+
+
+def is_text(raw: Any) -> bool:
+    """Whether a target is raw text (a string or a record) rather than token fields."""
+    return isinstance(raw, str) or (isinstance(raw, dict) and "input_ids" not in raw)
 
 
 @dataclass(frozen=True)
@@ -51,9 +63,19 @@ class RequestParser:
         train_size: n, the largest meaningful k.
         max_targets: most targets per request.
         max_k: largest k accepted (at most n).
+        text: text jobs: tokenises raw-text targets (None: token fields only).
     """
 
-    def __init__(self, template: Any, train_size: int, max_targets: int, max_k: int) -> None:
+    def __init__(
+        self,
+        template: Any,
+        train_size: int,
+        max_targets: int,
+        max_k: int,
+        text: TextEncoder | None = None,
+    ) -> None:
+        self.text = text
+        self.train_size = train_size
         self.is_dict = isinstance(template, Mapping)
         self.fields = _fields(template)
         self.max_targets = max_targets
@@ -68,7 +90,8 @@ class RequestParser:
             for name, t in self.fields.items()
         ]
         kind = "an object with fields" if self.is_dict else "a list of fields"
-        return f"{kind} ({', '.join(parts)})"
+        tokens = f"{kind} ({', '.join(parts)})"
+        return tokens if self.text is None else f"{self.text.describe()}: {tokens}"
 
     def parse(self, body: Any) -> Query:
         """Raises BadRequest naming the first thing wrong."""
@@ -94,10 +117,39 @@ class RequestParser:
                 f"{self.max_targets}. Split the request.",
                 413,
             )
-        return Query([self._item(t, i) for i, t in enumerate(targets)], k)
+        return Query([self.item(t, f"targets[{i}]") for i, t in enumerate(targets)], k)
 
-    def _item(self, raw: Any, pos: int) -> Item:
-        where = f"targets[{pos}]"
+    def parse_explain(self, body: Any, max_explain: int) -> tuple[Item, list[int]]:
+        """A ``POST /explain`` body ``{"target": ..., "train": [index, ...]}``: the target
+        and the train indices (BadRequest names the first thing wrong)."""
+        if not isinstance(body, dict):
+            raise BadRequest(
+                f"the body is a JSON {type(body).__name__}; expected an object "
+                '{"target": ..., "train": [index, ...]}.'
+            )
+        unknown = sorted(set(body) - {"target", "train"})
+        if unknown or "target" not in body or "train" not in body:
+            raise BadRequest(
+                f"fields {sorted(body)}; expected exactly ['target', 'train'] (one target, "
+                "a list of train indices)."
+            )
+        train = body["train"]
+        if (
+            not isinstance(train, list)
+            or not 1 <= len(train) <= max_explain
+            or any(isinstance(i, bool) or not isinstance(i, int) for i in train)
+            or any(not 0 <= i < self.train_size for i in train)
+        ):
+            raise BadRequest(
+                f"train={_short(train)}; expected a list of 1 to serve.max_explain={max_explain} "
+                f"train indices in [0, {self.train_size})."
+            )
+        return self.item(body["target"], "target"), list(train)
+
+    def item(self, raw: Any, where: str) -> Item:
+        """One target (raw text in a text job, else the task's fields); BadRequest if bad."""
+        if self.text is not None and is_text(raw):
+            return self.text.encode(raw, where)
         if self.is_dict:
             if not isinstance(raw, dict):
                 raise BadRequest(f"{where} is {_short(raw)}; expected {self.describe()}.")
