@@ -71,7 +71,9 @@ class AttributionIndex:
         chunk_rows: train rows scored before each top-k selection.
         threads: chunks scored at once by a pool of threads (CPU), each torch call on one
             core: the pass's chunks are shared out as threads free up, so a core busy with
-            something else (the HTTP proxy, a client) slows the pass by its share only.
+            something else (the HTTP proxy, a client) slows the pass by its share only. More
+            than 1 sets torch's threads to 1 (a replica's setting): a matmul's rounding depends
+            on its thread count, and replies must not depend on ``threads``.
     """
 
     def __init__(
@@ -104,8 +106,14 @@ class AttributionIndex:
         self.chunk_rows = max(chunk_rows, self.block_rows)
         self._local = threading.local()  # per thread: the reused float32 buffer and scores
         # torch's own intra-op threads (OpenMP) made a 1M-row pass slower with 2 than with 1 on
-        # this 2-core machine: every ~0.2 ms matmul waited for both cores (benchmarks/RESULTS.md)
-        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        # this 2-core machine: every ~0.2 ms matmul waited for both cores (benchmarks/RESULTS.md).
+        # A new thread starts with OpenMP's default (every core), and a matmul's rounding
+        # depends on its thread count: each pool thread uses one, as the replica's own does
+        self._pool = (
+            ThreadPoolExecutor(threads, initializer=torch.set_num_threads, initargs=(1,))
+            if threads > 1
+            else None
+        )
 
     @classmethod
     def from_store(
