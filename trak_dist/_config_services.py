@@ -103,8 +103,9 @@ class ServeConfig:
         max_body_bytes: largest request body.
         max_batch_size, batch_wait_s: requests one replica batches into one pass over the index
             (every request waiting when the replica is free, at most max_batch_size), and how
-            long a batch smaller than that waits for more (0: none; a busy replica's queue
-            batches anyway, and a lone request is not delayed).
+            long a batch smaller than that waits for more, unless the replica's last 3 batches
+            held one request each (0: never; a busy replica's queue batches anyway; a lone
+            client does not wait).
         index_dtype: ``auto`` (the store's dtype: exact), ``float32`` or ``float16`` (half the
             memory and half the bytes per pass; exact for a float16 store, else each entry
             rounded to 11 bits: see docs/serve.md).
@@ -135,7 +136,7 @@ class ServeConfig:
     max_k: int = 1000
     max_body_bytes: int = 1 << 20
     max_batch_size: int = 16
-    batch_wait_s: float = 0.0
+    batch_wait_s: float = 0.02
     index_dtype: str = "auto"
     index_mmap_dir: str | None = None
     block_rows: int | None = None

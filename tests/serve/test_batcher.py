@@ -1,6 +1,7 @@
 """The replica's batching: a lone request starts at once, requests arriving while a batch is
-computed form the next one (at most max_size), each gets its own result, and a failure reaches
-every request of its batch without stopping the worker."""
+computed form the next one (at most max_size), a free worker waits only for as many requests as
+its recent batches held, each gets its own result, and a failure reaches every request of its
+batch without stopping the worker."""
 
 from __future__ import annotations
 
@@ -64,6 +65,44 @@ def test_wait_gathers_a_batch_when_idle():
     results, sizes = asyncio.run(main())
     assert results == [0, 1, 4]
     assert sizes == [3]
+
+
+def test_clients_arriving_one_by_one_are_gathered_into_one_batch():
+    """Clients that wait for their replies send again one by one: after batches of more than
+    one, a free worker waits (up to wait_s) for more instead of starting on the first."""
+
+    async def main():
+        batcher = Batcher(_slow_square(0.0), max_size=4, wait_s=0.5)
+        await asyncio.gather(*[batcher.submit(i) for i in range(4)])
+        t0 = time.perf_counter()
+        tasks = []
+        for i in range(4):
+            tasks.append(asyncio.create_task(batcher.submit(i)))
+            await asyncio.sleep(0.02)
+        results = await asyncio.gather(*tasks)
+        return results, time.perf_counter() - t0, batcher.sizes
+
+    results, took, sizes = asyncio.run(main())
+    assert results == [0, 1, 4, 9]
+    assert sizes == [4, 4]  # without the wait: [4, 1, 3] or the like
+    assert took < 0.4  # max_size arrived after ~60 ms: no need to wait out the 0.5 s
+
+
+def test_a_lone_client_does_not_wait_out_the_batch_wait():
+    async def main():
+        batcher = Batcher(_slow_square(0.0), max_size=16, wait_s=0.5)
+        for _ in range(Batcher.RECENT):  # no history yet: these wait for more
+            await batcher.submit(1)
+        took = []
+        for i in range(5):
+            t0 = time.perf_counter()
+            assert await batcher.submit(i) == i * i
+            took.append(time.perf_counter() - t0)
+        return took, batcher.sizes
+
+    took, sizes = asyncio.run(main())
+    assert sizes == [1] * (Batcher.RECENT + 5)
+    assert max(took) < 0.3  # batches of 1: nothing to wait for
 
 
 def test_a_failing_batch_fails_its_requests_and_the_worker_goes_on():

@@ -4,13 +4,19 @@ Ray Serve's ``@serve.batch`` closes a batch ``batch_wait_timeout_s`` after its f
 then queues it behind the batch being computed, so requests arriving during a 300 ms pass over
 the index wait for the next-but-one pass, and under 16 concurrent clients its batches held 1-7
 requests (benchmarks/serve_load.py). Here the next batch is formed only when the worker is free:
-an idle worker starts at once (no wait for a lone request), and a busy one takes every request
-that arrived while it computed, up to ``max_size``, in one call. Plain asyncio; no Ray.
+a busy worker takes every request that arrived while it computed, up to ``max_size``, in one
+call. A free worker waits (at most ``wait_s``) for ``max_size`` requests unless its last
+``RECENT`` batches held one request each: clients that wait for their reply send the next
+request only after it, so 16 such clients' requests reach a free worker one by one, and starting
+on the first of them split every round into a small and a large pass over the index (1M rows,
+16 clients: ~50 targets/s without the wait, ~70 with 20 ms). A lone client never waits.
+Plain asyncio; no Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -26,14 +32,18 @@ class Batcher(Generic[T, R]):
             raised fails every item of its batch).
         max_size: most items per call.
         wait_s: how long a batch smaller than ``max_size`` waits for more items before the
-            call (0: none; the queue of a busy worker batches anyway).
+            call, unless the last ``RECENT`` batches held one item each (0: never; the queue of
+            a busy worker batches anyway).
     """
+
+    RECENT = 3
 
     def __init__(self, fn: Callable[[list[T]], Sequence[R]], max_size: int, wait_s: float) -> None:
         self.fn = fn
         self.max_size = max_size
         self.wait_s = wait_s
         self.sizes: list[int] = []  # the size of every batch so far (for tests and benchmarks)
+        self._recent: deque[int] = deque(maxlen=self.RECENT)
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
@@ -54,8 +64,10 @@ class Batcher(Generic[T, R]):
             while not self._queue:
                 self._arrived.clear()
                 await self._arrived.wait()
+            lone = len(self._recent) == self.RECENT and max(self._recent) == 1
+            want = 1 if lone else self.max_size
             deadline = loop.time() + self.wait_s
-            while len(self._queue) < self.max_size and loop.time() < deadline:
+            while len(self._queue) < want and loop.time() < deadline:
                 self._arrived.clear()
                 try:
                     await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())
@@ -67,6 +79,7 @@ class Batcher(Generic[T, R]):
             if not batch:
                 continue
             self.sizes.append(len(batch))
+            self._recent.append(len(batch))
             try:
                 results = await asyncio.to_thread(self.fn, [item for item, _ in batch])
             except Exception as e:  # every waiting request hears of it; the worker goes on
