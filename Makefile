@@ -20,7 +20,7 @@ $(BIN)/python:
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install -q $(TORCH_SPEC); fi
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e ".[plot]"  # the report's picture of the digits default
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
