@@ -3,8 +3,8 @@
 import logging
 
 import pytest
-import torch
 
+from tests.fixtures.pipeline import traker_digits
 from trak_dist import TRAKer
 from trak_dist.examples import digits
 
@@ -13,8 +13,7 @@ from trak_dist.examples import digits
 def digits_store(tmp_path_factory, digits_checkpoints):
     """The digits example featurised at p=64 by TRAKer and scored at λ=auto and λ=1."""
     path = tmp_path_factory.mktemp("lds") / "store.zarr"
-    train, targets = digits.train_set(), digits.target_set()
-    states = [torch.load(c, weights_only=True) for c in digits_checkpoints]
+    train = digits.train_set()
     for lam in ("auto", 1.0):
         t = TRAKer(
             model=digits.make_model(),
@@ -26,12 +25,5 @@ def digits_store(tmp_path_factory, digits_checkpoints):
             lambda_reg=lam,
             logging_level=logging.ERROR,
         )
-        for i, st in enumerate(states):
-            t.load_checkpoint(st, model_id=i)
-            t.featurize(train.tensors, num_samples=len(train))
-        t.finalize_features()
-        for i, st in enumerate(states):
-            t.start_scoring_checkpoint("targets", st, model_id=i, num_targets=len(targets))
-            t.score(targets.tensors, num_samples=len(targets))
-        t.finalize_scores("targets")
+        traker_digits(t, digits_checkpoints)
     return path
