@@ -5,9 +5,9 @@
 over its at most min(n, p) non-zero ones, per checkpoint, whatever the gradients' units (λ = 1
 for XᵀX = 0). Chosen by LDS against subset models on six benchmarks (``benchmarks.lds_rules``:
 the digits MLP, CNN and transformer, two Hugging Face BERT classifiers and a GPT-2 causal LM;
-p < n and p ≥ n; 1 and 3+ checkpoints; 30 curves): worst case 0.963 of each curve's best LDS,
+p < n and p ≥ n; 1 and 3+ checkpoints; 30 curves): worst case 0.960 of each curve's best LDS,
 ≥ 0.95 for constants 1.12 … 1.41. The previous rule, 0.007 · the largest eigenvalue, fell to
-0.85 on the causal LM (whose best λ is 7–17 × larger) and no constant of it reaches 0.95 on
+0.844 on the causal LM (whose best λ is 7–17 × larger) and no constant of it reaches 0.95 on
 all six; Bergson's 0.1 · mean eigenvalue reaches 0.63 (benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def auto_lambda(eigenvalues: np.ndarray, train_size: int) -> float:
     """The ``auto`` λ for XᵀX with ``eigenvalues`` ``[p]`` (tiny negative ones, eigh's
     rounding, count as 0) of ``train_size`` train rows."""
     rank = min(int(train_size), int(np.size(eigenvalues)))
-    trace = float(np.clip(eigenvalues, 0.0, None).sum()) if rank > 0 else 0.0
-    lam = AUTO_SCALE * trace / rank if rank > 0 else 0.0
+    if rank == 0:
+        return 1.0
+    lam = AUTO_SCALE * float(np.clip(eigenvalues, 0.0, None).sum()) / rank
     return lam if math.isfinite(lam) and lam > 0 else 1.0
 
 

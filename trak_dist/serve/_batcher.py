@@ -16,7 +16,6 @@ Plain asyncio; no Ray.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -43,7 +42,6 @@ class Batcher(Generic[T, R]):
         self.max_size = max_size
         self.wait_s = wait_s
         self.sizes: list[int] = []  # the size of every batch so far (for tests and benchmarks)
-        self._recent: deque[int] = deque(maxlen=self.RECENT)
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
@@ -64,7 +62,8 @@ class Batcher(Generic[T, R]):
             while not self._queue:
                 self._arrived.clear()
                 await self._arrived.wait()
-            lone = len(self._recent) == self.RECENT and max(self._recent) == 1
+            recent = self.sizes[-self.RECENT :]
+            lone = len(recent) == self.RECENT and max(recent) == 1
             want = 1 if lone else self.max_size
             deadline = loop.time() + self.wait_s
             while len(self._queue) < want and loop.time() < deadline:
@@ -79,7 +78,6 @@ class Batcher(Generic[T, R]):
             if not batch:
                 continue
             self.sizes.append(len(batch))
-            self._recent.append(len(batch))
             try:
                 results = await asyncio.to_thread(self.fn, [item for item, _ in batch])
             except Exception as e:  # every waiting request hears of it; the worker goes on
