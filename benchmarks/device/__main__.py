@@ -26,38 +26,12 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.device import _driver
 from benchmarks.device._driver import ROOT, Check, Outcome
-
-# (name, title, budget on a GPU machine in s, budget in the dry run in s)
-SECTIONS = (
-    ("env", "Machine, versions, and the dense bf16 peak", 20, 30),
-    ("kernel", "Kernel correctness against the torch reference", 35, 30),
-    ("pytest", "`pytest -m gpu`: the kernel's tests and the in-process pipeline on cuda", 100, 60),
-    ("pipeline", "The in-process pipeline on the GPU against the same job on the CPU", 35, 60),
-    ("projection", "Projection throughput: our kernel vs torch dense vs fast_jl", 110, 30),
-    ("featurize", "Featurising a GPT-2-small-size LM (124M, bf16) vs a training step", 60, 40),
-    ("scoring", "Scoring n = 1M × m = 10k at p = 4096 vs a plain torch.mm", 70, 30),
-)
-SETUP_BUDGET = {"gpu": 45, "dry": 120}
-TOTAL_S = {"gpu": 470, "dry": 420}
-# goals of issue 28, read from the sections' numbers: (section, key, what, comparison, bound)
-GOALS = (
-    ("kernel", "all_match", "kernel matches the reference (signs bit for bit, products)", "==", 1),
-    ("projection", "vs_fast_jl_min_b128", "kernel ÷ fast_jl throughput, min at B = 128", ">=", 3),
-    (
-        "projection",
-        "peak_frac_min_b128",
-        "kernel's share of the measured bf16 peak, min at B = 128",
-        ">=",
-        0.5,
-    ),
-    ("featurize", "kronecker_x_train", "Kronecker featurisation ÷ one training step", "<=", 3),
-    ("scoring", "score_vs_mm", "scoring rate ÷ torch.mm rate of the same shapes", "", None),
-)
+from benchmarks.device._plan import SECTIONS, SETUP_BUDGET, TOTAL_S
+from benchmarks.device._render import render
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -99,54 +73,13 @@ def main(argv: list[str] | None = None) -> int:
             state[name] = outcome.numbers
             outcomes.append(outcome)
     check.stop_fast_jl()
-    report = _report(mode, args, outcomes, check, time.time() - started, total)
+    only = "" if args.only == ",".join(s[0] for s in SECTIONS) else args.only
+    report = render(mode, only, outcomes, time.time() - started, total, _driver.commit())
     (args.out / "device_check.md").write_text(report)
     (args.out / "device_check.json").write_text(json.dumps(state, indent=1, default=str))
     check.say(f"report: {args.out / 'device_check.md'} ({time.time() - started:.0f} s)")
     shutil.rmtree(work, ignore_errors=True)
     return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
-
-
-def _report(
-    mode: str,
-    args: argparse.Namespace,
-    outcomes: list[Outcome],
-    check: Check,
-    seconds: float,
-    total: float,
-) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    device = next((o.numbers["device"] for o in outcomes if "device" in o.numbers), "unknown")
-    cmd = "bash benchmarks/device_check.sh" + (" --cpu-dry-run" if mode == "dry" else "")
-    if args.only != ",".join(s[0] for s in SECTIONS):
-        cmd += f" --only {args.only}"
-    title = " — CPU dry run (tiny sizes; no GPU numbers)" if mode == "dry" else ""
-    lines = [
-        f"# trak_dist GPU check{title}",
-        "",
-        f"- when: {when}; device: {device}",
-        f"- command: `{cmd} OUTDIR` ({seconds:.0f} s of a {total:.0f} s budget); checkout: "
-        f"{_driver.commit()}",
-        "",
-        "| section | status | seconds | budget s |",
-        "| --- | --- | --- | --- |",
-    ]
-    lines += [f"| {o.name} | {o.status} | {o.seconds:.0f} | {o.budget:.0f} |" for o in outcomes]
-    lines += ["", "## Goals", "", "| goal | bound | measured | met |", "| --- | --- | --- | --- |"]
-    found = {o.name: o.numbers for o in outcomes}
-    for section, key, what, op, bound in GOALS:
-        value = found.get(section, {}).get(key)
-        shown = "not measured" if value is None else f"{value:.3g}"
-        met = "" if value is None or bound is None else "yes" if _holds(value, op, bound) else "NO"
-        limit = "(reported)" if bound is None else f"{op} {bound}"
-        lines.append(f"| {what} | {limit} | {shown} | {met} |")
-    for o in outcomes:
-        lines += ["", f"## {o.name}: {o.title}", "", o.markdown.rstrip() or "(nothing written)"]
-    return "\n".join(lines) + "\n"
-
-
-def _holds(value: float, op: str, bound: float) -> bool:
-    return {">=": value >= bound, "<=": value <= bound, "==": value == bound}[op]
 
 
 if __name__ == "__main__":

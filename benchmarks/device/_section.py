@@ -43,6 +43,7 @@ class Section:
             self.state = json.loads(args.state.read_text())
         self.numbers: dict[str, Any] = {}
         self.failed = False
+        self._in_table = False
         self._md.write_text("")
         if self.gpu and not torch.cuda.is_available():
             self.fail("torch sees no CUDA GPU (torch.cuda.is_available() is False)")
@@ -52,7 +53,13 @@ class Section:
         return self.deadline - time.time()
 
     def write(self, text: str = "") -> None:
-        """Append ``text`` (a line) to the fragment and print it."""
+        """Append ``text`` (a line) to the fragment and print it (a blank line first when it
+        follows a table)."""
+        if self._in_table and not text.startswith("|"):
+            self._in_table = False
+            if text:
+                self.write()
+        self._in_table = text.startswith("|")
         with self._md.open("a") as f:
             f.write(text + "\n")
         print(text, flush=True)

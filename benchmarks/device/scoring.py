@@ -3,13 +3,14 @@ targets, p = 4096, one checkpoint, top-k only (S would be 40 GB), against a plai
 of the same shapes.
 
 The store (fp16 X, chunks of 4096 rows; in /dev/shm when it has room) is filled with random
-rows (and XᵀX computed on the GPU in fp64) rather than featurised, so the section times scoring
+rows, XᵀX computed on the GPU in fp64, rather than featurised, so the section times scoring
 alone: ``Reducer.score`` (the in-process executor's score step: K⁻¹, Y, every block on the GPU
 — reading X, ``addmm``, the exact top-k merge — and the final merge), with the defaults of
 ``ScoringConfig`` (train blocks of 4096 rows, target blocks of 1024, 1 GiB of memory). The
 yardstick: ``torch.mm`` of [65536, p] × [p, m] float32 on the GPU (the scorer's dtype), its
-FLOP rate against the score step's 2·n·m·p / seconds. The dry run: n = 4096, m = 256, p = 64
-on the CPU."""
+FLOP rate against the score step's 2·n·m·p / seconds. Fewer than 1M rows (said so) when one
+probe piece's write rate says the store could not be written and read back within the budget.
+The dry run: n = 4096, m = 256, p = 64 on the CPU."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def fill(s: Section, store: FeatureStore, n: int, m: int, p: int, piece: int) ->
     seconds = time.perf_counter() - t0
     s.write(
         f"- store filled: {n} × {p} fp16 train rows in {seconds:.1f} s "
-        f"({n * p * 2 / seconds / 1e9:.2f} GB/s written)"
+        f"({n * p * 2 / seconds / 1e9:.3g} GB/s written)"
     )
     store.ensure_experiment(EXP, m, None)
     targets = store.ensure_target_checkpoint(EXP, 0)
@@ -79,11 +80,35 @@ def fill(s: Section, store: FeatureStore, n: int, m: int, p: int, piece: int) ->
     return True
 
 
+def rows_that_fit(s: Section, root: Path, n: int, p: int, chunk: int, piece: int) -> int:
+    """n, or fewer rows (whole pieces) if writing them, then reading them back in the score
+    step, would not fit the budget at the write rate of one probe piece."""
+    probe = FeatureStore.create_or_open(root / "probe.zarr", spec(piece, p, chunk))
+    x = np.zeros((piece, p), np.float16)
+    t0 = time.perf_counter()
+    probe.ensure_checkpoint(0).write(0, x, np.ones(piece, np.float32))
+    per_piece = time.perf_counter() - t0
+    shutil.rmtree(root / "probe.zarr")
+    # writing and the score step's read cost about the same; keep a third of the rest for both
+    fit = int((s.left() - 10) / 3 / per_piece) * piece
+    s.write(
+        f"- probe: {piece} rows written in {per_piece:.2f} s "
+        f"({piece * p * 2 / per_piece / 1e9:.3g} GB/s)"
+    )
+    if fit < n:
+        s.write(
+            f"- **n reduced from {n} to {max(fit, piece)}**: the whole store would not be "
+            "written and read back within the section's budget at that rate"
+        )
+    return max(min(n, fit), piece)
+
+
 def main() -> int:
     s = Section()
     n, m, p, chunk, mm_rows = SIZES["gpu" if s.gpu else "dry"]
     root = scratch(n * p * 2)
     try:
+        n = rows_that_fit(s, root, n, p, chunk, min(mm_rows, n))
         s.write(
             f"- n = {n}, m = {m}, p = {p}, one checkpoint, λ = {LAMBDA}, top-k only; store "
             f"in {root.parent}"
@@ -126,6 +151,7 @@ def main() -> int:
         top = store.score_set(EXP, result.variant).read_topk()["proponents_idx"]
         if top.shape != (m, 10) or not np.all((top >= 0) & (top < n)):
             s.fail(f"the top-k has shape {top.shape} or rows outside [0, {n})")
+        s.record("n", n)
         s.record("score_seconds", seconds)
         s.record("score_vs_mm", rate / mm)
         s.record("blocks_vs_mm", flops / result.block_seconds / mm)
