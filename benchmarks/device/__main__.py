@@ -57,26 +57,35 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="trak_device_"))
     check = Check(mode, work, args.out / "device_check.log")
     check.say(f"# trak_dist GPU check ({'CPU dry run' if mode == 'dry' else 'GPU'}), work {work}")
-    outcomes: list[Outcome] = [check.setup(started + SETUP_BUDGET[mode])]
+    only = "" if args.only == ",".join(s[0] for s in SECTIONS) else args.only
+    outcomes: list[Outcome] = []
     state: dict[str, dict] = {"setup": check.numbers}
+
+    def write_report() -> None:
+        """The report so far: a run killed from outside still leaves what it measured."""
+        seconds = time.time() - started
+        report = render(mode, only, outcomes, seconds, total, _driver.commit())
+        (args.out / "device_check.md").write_text(report)
+        (args.out / "device_check.json").write_text(json.dumps(state, indent=1, default=str))
+
+    outcomes.append(check.setup(started + SETUP_BUDGET[mode]))
+    write_report()
     if outcomes[0].status == "ok":
         for name, title, gpu_s, dry_s in SECTIONS:
             if name not in args.only.split(","):
                 continue
+            if name == "projection":
+                check.wait_fast_jl()
             budget = min(gpu_s if mode == "gpu" else dry_s, started + total - time.time())
             if budget < 5:
                 outcomes.append(Outcome(name, title, "not run", 0.0, 0.0, "", {}))
                 continue
-            if name == "projection":
-                check.wait_fast_jl()
             outcome = check.section(name, title, budget, state)
             state[name] = outcome.numbers
             outcomes.append(outcome)
+            write_report()
     check.stop_fast_jl()
-    only = "" if args.only == ",".join(s[0] for s in SECTIONS) else args.only
-    report = render(mode, only, outcomes, time.time() - started, total, _driver.commit())
-    (args.out / "device_check.md").write_text(report)
-    (args.out / "device_check.json").write_text(json.dumps(state, indent=1, default=str))
+    write_report()
     check.say(f"report: {args.out / 'device_check.md'} ({time.time() - started:.0f} s)")
     shutil.rmtree(work, ignore_errors=True)
     return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
