@@ -185,9 +185,13 @@ class Check:
         )
         if self.mode == "dry":
             self._dry_run_checks(pip, deadline)
+        self.capability = self._capability()
+        if self.capability is None and self.mode == "gpu":
+            raise SetupError("torch sees no CUDA GPU on the GPU machine")
+        # early, so that its (single-threaded) compile overlaps everything up to the projection
+        self._start_fast_jl()
         self._import_check(deadline)
         self._build_kernel(deadline)
-        self._start_fast_jl()
         return True
 
     def _must(self, cmd: list[str], deadline: float, what: str, env: dict | None = None) -> None:
@@ -255,10 +259,7 @@ class Check:
         nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
         if not Path(nvcc).exists():
             raise SetupError("nvcc not found (looked on PATH and /usr/local/cuda/bin)")
-        cap = self._capability()
-        self.capability = cap
-        if cap is None and self.mode == "gpu":
-            raise SetupError("torch sees no CUDA GPU on the GPU machine")
+        cap = self.capability
         arch = f"{cap[0]}{cap[1]}" if cap else "90"
         why = "the GPU present" if cap else "the lent H100/H200, as no GPU is here"
         t0 = time.time()

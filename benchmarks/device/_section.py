@@ -116,7 +116,8 @@ def seconds_per_call(
     fn: Callable[[], Any], device: torch.device | str, min_s: float = 0.3, max_reps: int = 20
 ) -> float:
     """Seconds per call of ``fn`` after one warm-up call: CUDA events on a GPU (the calls queue
-    on the current stream), the wall clock on a CPU; repeated for about ``min_s``."""
+    on the current stream), the wall clock on a CPU; repeated for about ``min_s`` (0: the first
+    timed call alone, for calls of seconds)."""
     cuda = torch.device(device).type == "cuda"
     fn()
     sync(device)
@@ -131,6 +132,8 @@ def seconds_per_call(
         t0 = time.perf_counter()
         fn()
         once = time.perf_counter() - t0
+    if min_s <= 0:
+        return once
     reps = max(1, min(max_reps, int(min_s / max(once, 1e-6))))
     if cuda:
         start.record()

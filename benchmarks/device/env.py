@@ -92,7 +92,7 @@ def _peak(s: Section, name: str) -> None:
     gen = torch.Generator(device=s.device).manual_seed(0)
     a = torch.randn(n, n, generator=gen, device=s.device).to(torch.bfloat16)
     b = torch.randn(n, n, generator=gen, device=s.device).to(torch.bfloat16)
-    seconds = seconds_per_call(lambda: a @ b, s.device, min_s=1.0, max_reps=50)
+    seconds = seconds_per_call(lambda: a @ b, s.device, min_s=1.0, max_reps=200)
     tflops = 2 * n**3 / seconds / 1e12
     sheet = _peak_tflops(name, None) if s.gpu else None
     s.write(
