@@ -162,13 +162,13 @@ def start_scorer(cfg: JobConfig) -> Any:
     c = cfg.cluster
     return RemoteScorer.options(
         num_cpus=c.cpus_per_worker, num_gpus=gpus_per_worker(c), max_restarts=0
-    ).remote(cfg.store.path, reducer_device(cfg))
+    ).remote(cfg.store.path, reducer_device(cfg), cfg.store.options)
 
 
 def start_reducer(cfg: JobConfig) -> Any:
     # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot
     return RemoteReducer.options(num_cpus=0, num_gpus=cfg.cluster.reducer_gpus).remote(
-        cfg.store.path, reducer_device(cfg)
+        cfg.store.path, reducer_device(cfg), cfg.store.options
     )
 
 

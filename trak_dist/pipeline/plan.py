@@ -112,7 +112,12 @@ def prepare(cfg: JobConfig) -> Prepared:
         projection_params=projection_params(cfg.projection.kind, model, layout),
     )
     store = FeatureStore.create_or_open(
-        cfg.store.path, spec, cfg.store.codec, overwrite=cfg.store.overwrite, row_hashes=hashes
+        cfg.store.path,
+        spec,
+        cfg.store.codec,
+        overwrite=cfg.store.overwrite,
+        row_hashes=hashes,
+        options=cfg.store.options,
     )
     exp = cfg.scoring.exp_name
     store.ensure_experiment(exp, m, dataset_fingerprint(targets))

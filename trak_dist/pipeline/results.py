@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -141,3 +142,4 @@ class JobResult:
     task_retries: int
     conditioning: dict[int, dict[int, float]]
     format_version: int
+    store_options: dict[str, Any] = field(default_factory=dict)

@@ -17,7 +17,7 @@ from trak_dist.pipeline.plan import prepare
 from trak_dist.pipeline.reducer import Reducer
 from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult
 from trak_dist.scoring import LambdaReg
-from trak_dist.store import FeatureStore, store_lock
+from trak_dist.store import FeatureStore, is_url, store_lock
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ Variants = list[tuple[int, LambdaReg]]
 
 def absolute_store(cfg: JobConfig) -> JobConfig:
     """Workers run in their own working directory (or on another node): ship absolute paths."""
-    if "://" in cfg.store.path:
+    if is_url(cfg.store.path):
         return cfg
     path = Path(cfg.store.path)
     if not path.is_absolute() and cfg.cluster.kind != "local":
@@ -58,7 +58,7 @@ def run_pipeline(
         # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
         # shared factor arrays under each other's readers. Scoring writes per-variant arrays
         # and runs unlocked, in parallel.
-        with store_lock(cfg.store.path):
+        with store_lock(cfg.store.path, options=cfg.store.options):
             prep = prepare(cfg)
             variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
             executor.start(cfg, prep)
@@ -99,8 +99,8 @@ def reduce_stored(
     chunks not featurised. Returns the reducer, the condition numbers and the seconds."""
     t0 = time.perf_counter()
     ids = list(range(checkpoints))
-    with store_lock(cfg.store.path):
-        reducer = Reducer(cfg.store.path, reducer_device(cfg))
+    with store_lock(cfg.store.path, options=cfg.store.options):
+        reducer = Reducer(cfg.store.path, reducer_device(cfg), cfg.store.options)
         for mid in ids:
             reducer.reduce_stored(mid)
         conditioning = reducer.factorize(ids, sorted({p for p, _ in variants}))
@@ -142,4 +142,5 @@ def job_result(
         task_retries=feats.task_retries,
         conditioning=conditioning,
         format_version=store.spec.format_version,
+        store_options=dict(cfg.store.options),
     )

@@ -50,7 +50,7 @@ class Worker:
         self.cfg = cfg
         self.checkpoints = checkpoints
         self.device = pick_device(cfg.featurize.device)
-        self.store = FeatureStore.open(cfg.store.path)
+        self.store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
         model = build_model(cfg.model.factory, cfg.model.kwargs)
         task = resolve_task(cfg.task.name, **cfg.task.kwargs)
         computer = make_computer(

@@ -6,6 +6,8 @@ from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
+from trak_dist.store._remote import check_options as check_store_options
+from trak_dist.store._remote import is_url
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
@@ -28,11 +30,13 @@ __all__ = [
     "RowSet",
     "ScoreSet",
     "ScoringLease",
+    "check_store_options",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
     "dataset_row_hashes",
     "file_fingerprint",
     "fingerprint",
+    "is_url",
     "record_best",
     "recorded_best",
     "row_hashes",

@@ -143,8 +143,8 @@ class RemoteScoringLease(ScoringLease):
         if not self._lease.acquire("renewed"):
             raise StoreStateError(
                 f"another process is scoring {variant!r} of {exp!r} in {url} (it renews the "
-                f"lease {self.lease_object}). Wait for it to finish, or stop it: a rerun resumes the "
-                "blocks it committed."
+                f"lease {self.lease_object}). Wait for it to finish, or stop it: a rerun "
+                "resumes the blocks it committed."
             )
         self._released = False
 

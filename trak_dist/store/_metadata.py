@@ -72,7 +72,9 @@ def unreadable_metadata(store: Store | str | Path) -> list[str]:
             tree.entries(rel), tree.read(f"{rel}/{META}" if rel else META)
         )
         node_type = _node_type(raw) if META in files else None
-        if node_type is None:
+        # (a folder with nothing in it but folders holds nothing to read: SeaweedFS lists the
+        # folders of deleted objects, as a file system lists empty directories)
+        if node_type is None and (rel == "" or files or await tree.holds_objects(rel)):
             bad.append(rel)
         if rel == "":
             eval_meta = EVAL in folders and await store.exists(f"{EVAL}/{META}")

@@ -7,6 +7,7 @@ obstore, not fsspec/s3fs: on this machine it wrote Zarr chunks 1.4–2.0× and r
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
@@ -19,7 +20,7 @@ from trak_dist.errors import RemoteStoreError
 from trak_dist.store._remote import endpoint, first_line, is_url, local_path, obstore_store, redact
 
 _CODE = re.compile(r"<Code>(\w+)</Code>")
-_ELAPSED = re.compile(r" in ([\d.]+\w*s)\b")
+_ELAPSED = re.compile(r" in ([\d.]+(?:ms|s|µs|ns))\b")
 _NOT_REACHED = ("error sending request", "connection", "timed out", "dns error", "tcp connect")
 
 
@@ -56,14 +57,23 @@ def remote_error(
             "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and that they may read and write it"
         )
     elif any(s in text.lower() for s in _NOT_REACHED) and not code:
-        took = (_ELAPSED.search(text) or _NOSUCH).group(1) or "the retry timeout"
+        took = _seconds((_ELAPSED.search(text) or _NOSUCH).group(1))
         what = (
             f"not reachable at {where} (retried for {took}; raise store.options.retry_timeout "
             "to wait longer). Committed chunks are kept: rerun the same command once it answers"
         )
     else:
         what = redact(first_line(e), options)
-    return RemoteStoreError(f"the object store {url} failed to {op} {key or '/'}: {what}.")
+    return RemoteStoreError(f"the object store {url} failed to {op} {key or 'its root'}: {what}.")
+
+
+def _seconds(elapsed: str) -> str:
+    """obstore's ``3.512152721s`` / ``812.5ms`` as ``3.5 s``."""
+    scale = {"ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "s": 1.0}
+    for unit, factor in scale.items():
+        if elapsed.endswith(unit):
+            return f"{float(elapsed[: -len(unit)]) * factor:.1f} s"
+    return "its retry timeout"
 
 
 class _Nothing:
@@ -146,6 +156,32 @@ class RemoteZarrStore(ObjectStore):
         except _ERRORS as e:
             raise self._fail(e, "look up", key) from None
 
+    async def entries(self, rel: str) -> tuple[list[str], list[str]]:
+        """(sub-folders, files) directly under ``rel`` (``""``: the root), sorted."""
+        import obstore
+
+        try:
+            listed = await obstore.list_with_delimiter_async(self.store, f"{rel}/" if rel else None)
+        except _ERRORS as e:
+            raise self._fail(e, "list", rel) from None
+        paths = [p.rstrip("/") for p in listed["common_prefixes"]]
+        full = await asyncio.gather(*(self.holds_objects(p) for p in paths))
+        folders = [p.rsplit("/", 1)[-1] for p, ok in zip(paths, full, strict=True) if ok]
+        files = [o["path"].rsplit("/", 1)[-1] for o in listed["objects"]]
+        return sorted(folders), sorted(files)
+
+    async def holds_objects(self, rel: str) -> bool:
+        """Whether any object's key starts with ``rel/`` (a listing may show a prefix whose
+        objects are all gone: SeaweedFS keeps the folders of deleted objects)."""
+        import obstore
+
+        try:
+            async for batch in obstore.list(self.store, f"{rel}/", chunk_size=1):
+                return bool(batch)
+        except _ERRORS as e:
+            raise self._fail(e, "list", rel) from None
+        return False
+
     def list(self) -> AsyncGenerator[str, None]:
         return self._listed(super().list(), "")
 
@@ -153,7 +189,20 @@ class RemoteZarrStore(ObjectStore):
         return self._listed(super().list_prefix(prefix), prefix)
 
     def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
-        return self._listed(super().list_dir(prefix), prefix)
+        return self._listed(self._children(prefix), prefix)
+
+    async def _children(self, prefix: str) -> AsyncGenerator[str, None]:
+        """Zarr's ``list_dir``, less prefixes that hold no object (see ``holds_objects``)."""
+        import obstore
+
+        base = prefix.rstrip("/")
+        listed = await obstore.list_with_delimiter_async(self.store, base or None)
+        folders = [p.rstrip("/") for p in listed["common_prefixes"]]
+        full = await asyncio.gather(*(self.holds_objects(p) for p in folders))
+        names = [p for p, ok in zip(folders, full, strict=True) if ok]
+        names += [o["path"] for o in listed["objects"]]
+        for path in names:
+            yield path[len(base) + 1 :] if base else path
 
     async def _listed(
         self, items: AsyncGenerator[str, None], prefix: str

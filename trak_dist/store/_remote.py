@@ -194,3 +194,26 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message (obstore appends a multi-line debug dump)."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
+
+
+def check_options(path: str, options: Mapping[str, Any]) -> None:
+    """ConfigError for ``store.options`` that cannot work: given for a local store, trak_dist's
+    own keys out of range, or a credential (it would travel in the job's config and logs)."""
+    if not options:
+        return
+    if not is_url(path):
+        raise ConfigError(
+            f"store.options {sorted(options)} are set, but store.path={path!r} is a local "
+            "directory; they configure an object store (s3://…, gs://…)."
+        )
+    for key in OWN_KEYS:
+        if key in options:
+            own_option(options, key, 1.0)
+    given = sorted(k for k in options if _SECRET_OPTION.search(k))
+    if given:
+        raise ConfigError(
+            f"store.options {given} look like credentials, which the job's config, logs and "
+            "reports would carry: set them in the environment of every node instead "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE; "
+            "GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_ACCOUNT_KEY)."
+        )

@@ -33,14 +33,15 @@ class Tree:
                 sorted(p.name for p in found if p.is_dir()),
                 sorted(p.name for p in found if p.is_file()),
             )
-        import obstore
+        remote: Any = self.store  # a RemoteZarrStore (_object_store.py)
+        return await remote.entries(rel)
 
-        prefix = f"{rel}/" if rel else ""
-        remote: Any = self.store  # a RemoteZarrStore: its obstore store
-        listed = await obstore.list_with_delimiter_async(remote.store, prefix or None)
-        folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"]]
-        files = [o["path"].rsplit("/", 1)[-1] for o in listed["objects"]]
-        return sorted(folders), sorted(files)
+    async def holds_objects(self, rel: str) -> bool:
+        """Whether anything but empty folders is under ``rel``."""
+        if isinstance(self.store, LocalStore):
+            return any(p.is_file() for p in (self.store.root / rel).rglob("*"))
+        remote: Any = self.store
+        return bool(await remote.holds_objects(rel))
 
     async def read(self, key: str) -> bytes | None:
         buf = await self.store.get(key, default_buffer_prototype())
@@ -56,10 +57,6 @@ class Tree:
             return [f for f, ok in zip(folders, have, strict=True) if ok]
 
         return list(sync(run()))
-
-    def is_folder(self, rel: str) -> bool:
-        parent, _, name = rel.rpartition("/")
-        return name in sync(self.entries(parent))[0]
 
     def metadata(self, rel: str) -> dict[str, Any] | None:
         """The parsed ``zarr.json`` of node ``rel``; None: missing or not JSON."""

@@ -136,7 +136,7 @@ def _nodes(base: Tree, torn: set[str]) -> Iterator[tuple[str, str]]:
         rel = f"{layout.TRAIN}/{mid}"
         if ok(rel) and not any(f"{rel}/{a}" in torn for a in ROW_ARRAYS):
             yield "rows", rel
-        if base.is_folder(f"{rel}/{layout.XTX}") and ok(f"{rel}/{layout.XTX}"):
+        if base.metadata(f"{rel}/{layout.XTX}") is not None and ok(f"{rel}/{layout.XTX}"):
             yield "xtx", f"{rel}/{layout.XTX}"
         factors = f"{rel}/{layout.FACTOR}"
         for p in children(base, factors) if ok(factors) else []:
