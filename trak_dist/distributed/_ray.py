@@ -149,7 +149,7 @@ def worker_count(cluster: ClusterConfig, tasks: int) -> int:
     return max(1, min(wanted, tasks))
 
 
-def start_worker(cfg: JobConfig, checkpoints: Sequence[Path], width: int) -> Any:
+def start_worker(cfg: JobConfig, checkpoints: Sequence[Path | str], width: int) -> Any:
     c = cfg.cluster
     return RemoteWorker.options(
         num_cpus=c.cpus_per_worker, num_gpus=gpus_per_worker(c), max_restarts=0

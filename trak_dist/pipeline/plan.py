@@ -35,7 +35,7 @@ class Prepared:
     """The resolved job: sizes, checkpoints and the shard tasks still to run."""
 
     store: FeatureStore
-    checkpoints: list[Path]
+    checkpoints: list[Path | str]  # URLs stay URLs: each node reads its own copy
     n: int
     m: int
     grad_dim: int

@@ -46,7 +46,7 @@ class Worker:
         feature_width: p of the stored features.
     """
 
-    def __init__(self, cfg: JobConfig, checkpoints: list[Path], feature_width: int) -> None:
+    def __init__(self, cfg: JobConfig, checkpoints: list[Path | str], feature_width: int) -> None:
         self.cfg = cfg
         self.checkpoints = checkpoints
         self.device = pick_device(cfg.featurize.device)

@@ -3,11 +3,12 @@
 from trak_dist.store._best import record_best, recorded_best
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
+from trak_dist.store._fetch import local_copy
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._remote import check_options as check_store_options
-from trak_dist.store._remote import is_url
+from trak_dist.store._remote import is_url, put_beside
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
@@ -37,6 +38,8 @@ __all__ = [
     "file_fingerprint",
     "fingerprint",
     "is_url",
+    "local_copy",
+    "put_beside",
     "record_best",
     "recorded_best",
     "row_hashes",

@@ -30,22 +30,10 @@ from typing import Any
 
 from trak_dist.errors import StoreStateError
 from trak_dist.store._object_store import remote_error
-from trak_dist.store._remote import LEASE_TTL_S, obstore_store, own_option
+from trak_dist.store._remote import LEASE_TTL_S, beside, obstore_store, own_option
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
-
-
-def lease_place(url: str, name: str) -> tuple[str, str]:
-    """(parent URL, key) of the lease object ``<store>.<name>`` beside the store at ``url``."""
-    head, sep, tail = url.rstrip("/").rpartition("/")
-    if "://" not in head or head.endswith(":/") or not tail:
-        raise StoreStateError(
-            f"store path {url!r} is a bucket's root; give the store a name inside it "
-            "(s3://bucket/run.zarr or s3://bucket/prefix/run.zarr): its lease objects are "
-            "written beside it."
-        )
-    return head + sep.rstrip("/"), f"{tail}.{name}"
 
 
 class Lease:
@@ -55,7 +43,7 @@ class Lease:
         self, url: str, name: str, what: str, options: Mapping[str, Any] | None = None
     ) -> None:
         self.url, self.what, self.options = url, what, options
-        parent, self.key = lease_place(url, name)
+        parent, self.key = beside(url, name)
         self.where = f"{parent}/{self.key}"
         self.ttl = own_option(options, "lease_ttl", LEASE_TTL_S)
         self._store = obstore_store(parent, options)

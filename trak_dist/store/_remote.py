@@ -134,6 +134,34 @@ def endpoint(options: Mapping[str, Any] | None) -> str | None:
     return next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)
 
 
+def beside(url: str, name: str) -> tuple[str, str]:
+    """(parent URL, key) of the object ``<store>.<name>`` beside the store at ``url`` (its
+    leases, its run reports): outside the store's prefix, so Zarr never lists them and
+    ``store.overwrite`` keeps them."""
+    head, _, tail = url.rstrip("/").rpartition("/")
+    if "://" not in head or head.endswith(":/") or not tail:
+        raise ConfigError(
+            f"store path {url!r} is a bucket's root; give the store a name inside it "
+            "(s3://bucket/run.zarr or s3://bucket/prefix/run.zarr): trak_dist writes its "
+            "leases and reports beside it."
+        )
+    return head, f"{tail}.{name}"
+
+
+def put_beside(url: str, name: str, data: bytes, options: Mapping[str, Any] | None = None) -> str:
+    """Write ``data`` to the object ``<store>.<name>`` beside the store at ``url``; its URL."""
+    parent, key = beside(url, name)
+    import obstore
+
+    try:
+        obstore.put(obstore_store(parent, options), key, data)
+    except Exception as e:
+        from trak_dist.store._object_store import remote_error
+
+        raise remote_error(e, url, "write", key, options) from None
+    return f"{parent}/{key}"
+
+
 def obstore_store(url: str, options: Mapping[str, Any] | None = None) -> Any:
     """An obstore store rooted at ``url`` (ConfigError: obstore missing, a bad option)."""
     kind = scheme_of(url)
