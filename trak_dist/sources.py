@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import importlib
 import pickle
+import socket
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,12 +59,7 @@ def checkpoint_paths(ref: Any) -> list[Path | str]:
     is a state-dict file, or a Hugging Face model / PEFT adapter directory (globs expand; every
     directory must be the first one's architecture, see ``trak_dist.hf``). URLs
     (``s3://…``) stay URLs: each process reads its node's copy (``trak_dist.store.local_copy``)."""
-    if callable(ref) or (
-        isinstance(ref, str) and ":" in ref and not is_url(ref) and not Path(ref).exists()
-    ):
-        paths = call(ref, "model.checkpoints")
-    else:
-        paths = ref
+    paths = call(ref, "model.checkpoints") if _is_provider(ref) else ref
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if any(is_url(p) for p in paths):
@@ -87,6 +83,36 @@ def checkpoint_paths(ref: Any) -> list[Path | str]:
     if missing:
         raise ConfigError(f"checkpoint files not found: {missing}.")
     return list(out)
+
+
+def _is_provider(ref: Any) -> bool:
+    """A callable, or the import path of one, that returns the checkpoints."""
+    return callable(ref) or (
+        isinstance(ref, str) and ":" in ref and not is_url(ref) and not Path(ref).exists()
+    )
+
+
+def node_checkpoints(ref: Any, paths: Sequence[Path | str]) -> list[Path | str]:
+    """``paths`` (the driver's ``checkpoint_paths(ref)``) as this process's node sees them.
+
+    On a cluster without shared storage, a file on the driver's disk is missing elsewhere. A
+    callable ``ref`` (the bundled examples train theirs on first use) is then called here, for
+    this node's own copies: the store's checkpoint fingerprints check that they hold the same
+    bytes. A plain path is an error saying what to give instead.
+
+    Raises:
+        ConfigError: a checkpoint path that is not on this node.
+    """
+    missing = [str(p) for p in paths if not is_url(p) and not Path(p).exists()]
+    if not missing:
+        return list(paths)
+    if _is_provider(ref):
+        return checkpoint_paths(ref)
+    raise ConfigError(
+        f"checkpoints {missing} are not on node {socket.gethostname()}: on a cluster, give "
+        "model.checkpoints as object storage URLs (s3://…, gs://…) or as paths that every node "
+        "mounts at the same place."
+    )
 
 
 def load_state_dict(path: Path | str, device: torch.device | str = "cpu") -> dict[str, Tensor]:
