@@ -119,6 +119,7 @@ def summarize(
                 "blocks": v.blocks,
                 "blocks_computed": v.blocks_computed,
                 "blocks_reused": v.blocks_reused,
+                "worker_restarts": v.worker_restarts,
                 "bytes_read": v.bytes_read,
                 "bytes_written": v.bytes_written,
             },
@@ -191,6 +192,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
                 f"{sc['x_passes']}× (super-blocks of {sc['super_block']} targets); blocks "
                 f"computed {sc['blocks_computed']}, reused {sc['blocks_reused']} of "
                 f"{sc['blocks']}; {sc['bytes_read']} bytes read, {sc['bytes_written']} written"
+                + (f"; score workers replaced {n}" if (n := sc.get("worker_restarts")) else "")
             )
         lines.append("")
         if v["examples"] and "target_text" in v["examples"][0]:

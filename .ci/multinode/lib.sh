@@ -15,6 +15,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 
 log() { printf '[multinode %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+elapsed() { local ms=$((($(date +%s%N) - $1) / 1000000)); printf '%d.%03d s' $((ms / 1000)) $((ms % 1000)); }
 
 # load_state STATE: the variables up.sh wrote (X, NET, BRIDGE, NODES, HEAD_IP, S3_IP, ...)
 load_state() {
@@ -58,14 +59,16 @@ wait_http() {
 # that died before writing its state is cleaned up too. Never `ray stop` (it would end every
 # Ray on the machine, other users' included).
 teardown_names() {
-  local x=$1 ns pids="" i
+  local x=$1 ns pids="" i p alive
   # SIGKILL at once: everything of the cluster is thrown away, nothing needs a clean exit
   for ns in $(ip netns list | awk -v p="tdmn$x-" 'index($1, p) == 1 {print $1}'); do
     pids="$pids $(ns_pids "$ns")"
   done
   [ -z "${pids// }" ] || kill -KILL $pids 2>/dev/null || true
-  for i in $(seq 100); do
-    kill -0 $pids 2>/dev/null || break
+  for i in $(seq 100); do  # zombies of killed processes hold their namespace a moment
+    alive=0
+    for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
     sleep 0.1
   done
   for ns in $(ip netns list | awk -v p="tdmn$x-" 'index($1, p) == 1 {print $1}'); do

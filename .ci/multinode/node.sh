@@ -74,10 +74,10 @@ start)
   else
     args=(--address="$HEAD_IP:6379" "${args[@]}")
   fi
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   in_node "$K" "$VENV/bin/ray" start "${args[@]}" >"$RUN/n$K.start.log" 2>&1 ||
     { tail -30 "$RUN/n$K.start.log" >&2; die "node $K: ray start failed"; }
-  log "node $K ($ROLE, $IP) started in $(echo "$(date +%s.%N) - $t0" | bc) s"
+  log "node $K ($ROLE, $IP) started in $(elapsed "$t0")"
   ;;
 kill)
   K=$1 WHAT=$2

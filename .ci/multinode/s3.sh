@@ -19,7 +19,7 @@ start)
   "actions": ["Read", "List", "Tagging", "Write"]}]}
 JSON
   chmod 600 "$DIR/s3.json"
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   # -ip/-ip.bind pinned: the defaults are eth0's address and 0.0.0.0. -master.telemetry=false:
   # the default posts statistics to telemetry.seaweedfs.com. No webdav, admin UI, iceberg, lance.
   setsid ip netns exec "$NS" "$WEED" mini -dir="$DIR/data" -ip="$S3_IP" -ip.bind="$S3_IP" \
@@ -34,7 +34,7 @@ JSON
     sleep 0.1
   done
   [ "$code" = 403 ] || { tail -20 "$DIR/weed.log" >&2; die "S3 at $S3_ENDPOINT not ready (HTTP $code)"; }
-  log "S3 $S3_ENDPOINT up in $(echo "$(date +%s.%N) - $t0" | bc) s; an unsigned request gets $code"
+  log "S3 $S3_ENDPOINT up in $(elapsed "$t0"); an unsigned request gets $code"
   ;;
 stop)
   stop_pids "$(ns_pids "$NS")"

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import ray
 from ray._private import ray_constants
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.errors import ConfigError
@@ -166,10 +167,14 @@ def start_scorer(cfg: JobConfig) -> Any:
 
 
 def start_reducer(cfg: JobConfig) -> Any:
-    # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot
-    return RemoteReducer.options(num_cpus=0, num_gpus=cfg.cluster.reducer_gpus).remote(
-        cfg.store.path, reducer_device(cfg), cfg.store.options
-    )
+    # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot.
+    # On the driver's node where it fits (soft): the job ends with that node anyway, while a
+    # reducer on a worker node would make that node's loss end the job too (it holds the
+    # partial XᵀX sums in memory).
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return RemoteReducer.options(
+        num_cpus=0, num_gpus=cfg.cluster.reducer_gpus, scheduling_strategy=here
+    ).remote(cfg.store.path, reducer_device(cfg), cfg.store.options)
 
 
 def stop(actors: Sequence[Any], grace_s: float = 5.0, force: bool = False) -> None:
