@@ -52,7 +52,7 @@ class Lease:
         parent, self.key = beside(url, name)
         self.where = f"{parent}/{self.key}"
         self.ttl = own_option(options, "lease_ttl", LEASE_TTL_S)
-        self._store = obstore_store(parent, options)
+        self._store = obstore_store(parent, options, named=url)
         self._id = uuid.uuid4().hex
         self._seq = 0
         self._etag: str | None = None
