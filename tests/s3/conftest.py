@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,21 +28,25 @@ def upload(local: Path, url: str) -> str:
     return url
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _s3_environment(s3_server: S3Server) -> Iterator[None]:
+    """The server's credentials and endpoint in the environment of every test here (and of
+    the processes they start), as a user exports them."""
+    saved = {k: os.environ.get(k) for k in (*s3_server.env(), "AWS_PROFILE")}
+    os.environ.update(s3_server.env())
+    os.environ.pop("AWS_PROFILE", None)
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def s3_checkpoints(s3_server: S3Server, digits_checkpoints: list[Path]) -> list[str]:
     """The digits checkpoints, uploaded once: their URLs."""
-    import os
-
-    saved = {k: os.environ.get(k) for k in s3_server.env()}
-    os.environ.update(s3_server.env())
-    try:
-        return [upload(Path(c), s3_server.url(f"ckpt/{Path(c).name}")) for c in digits_checkpoints]
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return [upload(Path(c), s3_server.url(f"ckpt/{Path(c).name}")) for c in digits_checkpoints]
 
 
 @pytest.fixture(scope="session")
