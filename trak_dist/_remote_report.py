@@ -4,20 +4,28 @@ cluster job needs no shared output folder: the printed ``report:`` line names wh
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trak_dist.store import is_url, put_beside
 
+_DATE = re.compile(r"\d{4}-\d\d-\d\d")
+_SAFE = re.compile(r"[\w.-]+")
+_UNSAFE = re.compile(r"[^\w.-]+")
+
 
 def run_name(output_dir: str | Path) -> str:
     """``2026-11-28_02-40-00`` (a run) or ``2026-11-28_02-40-00_3`` (point 3 of a sweep) from
-    Hydra's output folder ``…/2026-11-28/02-40-00[/3]``."""
-    parts = Path(output_dir).parts[-3:]
-    if not (parts and parts[-1].isdigit() and len(parts) == 3):
-        parts = parts[-2:]
-    return re.sub(r"[^\w.-]+", "_", "_".join(parts)) or "run"
+    Hydra's default output folder ``…/2026-11-28/02-40-00[/3]``; another folder's name
+    after the time it is published (``2026-11-28_02-40-00_run1``)."""
+    parts = Path(output_dir).parts
+    for tail in (parts[-2:], parts[-3:]):
+        if len(tail) >= 2 and _DATE.fullmatch(tail[0]) and all(_SAFE.fullmatch(t) for t in tail):
+            return "_".join(tail)
+    last = _UNSAFE.sub("_", parts[-1] if parts else "run")
+    return f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{last}"
 
 
 def publish(

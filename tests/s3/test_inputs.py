@@ -8,28 +8,16 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import obstore
 import pytest
-from obstore.store import from_url
 
 from tests.fixtures import llm_models
 from tests.fixtures.pipeline import run_in_process, small_job, stored_features
+from tests.s3.conftest import upload
 from trak_dist._compose import compose_job
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.store import _fetch, local_copy
 
 pytestmark = pytest.mark.s3
-
-
-def upload(local: Path, url: str) -> str:
-    """``local`` (a file, or a folder's every file) to ``url``; returns ``url``."""
-    bucket, _, key = url.split("://", 1)[1].partition("/")
-    store = from_url(f"s3://{bucket}", client_options={"allow_http": True})
-    files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
-    for f in files:
-        name = key if local.is_file() else f"{key}/{f.relative_to(local).as_posix()}"
-        obstore.put(store, name, f.read_bytes())
-    return url
 
 
 @pytest.fixture
@@ -68,18 +56,22 @@ def test_a_file_and_a_folder_are_fetched_once_and_again_when_changed(
         local_copy(f"{base}/nothing-here")
 
 
-def test_checkpoints_on_s3_give_the_local_bits_and_a_changed_one_is_refused(
-    s3_url, tmp_path, digits_checkpoints, cache
+def test_a_job_with_checkpoints_and_store_on_s3_gives_the_local_bits(
+    s3_url, tmp_path, digits_checkpoints, local_reference, cache, monkeypatch
 ):
-    local = small_job(tmp_path / "local.zarr", digits_checkpoints)
-    run_in_process(local)
     base = s3_url.rsplit("/", 1)[0]
     urls = [upload(Path(c), f"{base}/ckpt/{Path(c).name}") for c in digits_checkpoints]
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
     remote = small_job(s3_url, urls)  # type: ignore[arg-type]
     assert remote.model.checkpoints == urls
-    run_in_process(remote)
-    for a, b in zip(stored_features(remote), stored_features(local), strict=True):
+    result = run_in_process(remote)
+    assert result.store == s3_url
+    for a, b in zip(stored_features(remote), local_reference, strict=True):
         np.testing.assert_array_equal(a, b)
+    assert list(work.iterdir()) == []  # no lock, lease or report beside the store
+    assert sum(run_in_process(remote).rows_computed.values()) == 0
     # checkpoint 0 replaced on S3: its node copy no longer matches what the rows are bound to
     upload(Path(digits_checkpoints[1]), urls[0])
     _fetch._fetched.clear()

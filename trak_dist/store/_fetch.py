@@ -93,7 +93,7 @@ def _fetch(url: str, what: str) -> Path:
     from trak_dist.store._object_store import remote_error
 
     container, key = _split(url)
-    store = obstore_store(container)
+    store = obstore_store(container, named=url)
     listing = _listing(store, key, url, what)
     version = hashlib.sha256(
         json.dumps([(o["name"], o["size"], o["e_tag"]) for o in listing]).encode()

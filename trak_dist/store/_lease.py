@@ -11,7 +11,8 @@ writes, which is all a lease needs:
   holder's ``ttl_s``, read from the body) takes the lease over by compare-and-swap on that
   ETag. No clocks are compared between machines; a killed holder blocks others for ``ttl``.
 - **give back**: a compare-and-swap to a body marked ``released``, which the next taker swaps
-  out. Nothing is ever deleted, so a release can never remove someone else's lease.
+  out. Nothing is ever deleted, so a release can never remove someone else's lease. A lease
+  this same process could not give back (the store was unreachable) it takes again at once.
 
 A holder that could not renew for ``ttl`` (a stalled process, a lost network) may find its
 lease taken: ``lost`` is set, logged at once, and ``Lease.release`` raises."""
@@ -34,6 +35,11 @@ from trak_dist.store._remote import LEASE_TTL_S, beside, obstore_store, own_opti
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
+# names this process in lease bodies: a lease it failed to give back (the store was down) is
+# its own to take again at once, not after the ttl
+PROCESS = uuid.uuid4().hex
+_LIVE: set[str] = set()  # the leases this process holds now (others of its own are leftovers)
+_TAKE = threading.Lock()
 
 
 class Lease:
@@ -46,7 +52,7 @@ class Lease:
         parent, self.key = beside(url, name)
         self.where = f"{parent}/{self.key}"
         self.ttl = own_option(options, "lease_ttl", LEASE_TTL_S)
-        self._store = obstore_store(parent, options)
+        self._store = obstore_store(parent, options, named=url)
         self._id = uuid.uuid4().hex
         self._seq = 0
         self._etag: str | None = None
@@ -68,7 +74,9 @@ class Lease:
         seen: tuple[str, float] | None = None  # (ETag, when first seen) of someone else's body
         while True:
             try:
-                self._etag = self._put(obstore, mode="create")
+                with _TAKE:  # taken and listed as live together (see ``mine``)
+                    self._etag = self._put(obstore, mode="create")
+                    _LIVE.add(self.where)
                 break
             except AlreadyExistsError:
                 pass
@@ -89,12 +97,17 @@ class Lease:
                     on_busy(body)
                 seen = (etag, now)
             expired = now - seen[1] >= float(body.get("ttl_s", self.ttl))
-            if body.get("released") or expired:
-                try:
-                    self._etag = self._put(obstore, mode={"e_tag": etag})
-                except PreconditionError:
-                    continue  # another waiter was faster
-                if expired and not body.get("released"):
+            with _TAKE:
+                # this process's own, held by none of its threads: a lease it could not give back
+                mine = body.get("process") == PROCESS and self.where not in _LIVE
+                if body.get("released") or expired or mine:
+                    try:
+                        self._etag = self._put(obstore, mode={"e_tag": etag})
+                    except PreconditionError:
+                        continue  # another waiter was faster
+                    _LIVE.add(self.where)
+            if body.get("released") or expired or mine:
+                if expired and not body.get("released") and not mine:
                     logger.warning(
                         "%s: took over the lease %s of %s (pid %s on %s), not renewed for %.0f s",
                         self.url, self.where, body.get("what"), body.get("pid"), body.get("host"),
@@ -134,6 +147,7 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        _LIVE.discard(self.where)
         if self.lost:
             raise StoreStateError(
                 f"the lease {self.where} on {self.url} was lost while {self.what} (this process "
@@ -155,6 +169,7 @@ class Lease:
         self._seq += 1
         body = {
             "holder": self._id,
+            "process": PROCESS,
             "seq": self._seq,
             "what": self.what,
             "host": socket.gethostname(),

@@ -154,7 +154,7 @@ def put_beside(url: str, name: str, data: bytes, options: Mapping[str, Any] | No
     import obstore
 
     try:
-        obstore.put(obstore_store(parent, options), key, data)
+        obstore.put(obstore_store(parent, options, named=url), key, data)
     except Exception as e:
         from trak_dist.store._object_store import remote_error
 
@@ -162,15 +162,19 @@ def put_beside(url: str, name: str, data: bytes, options: Mapping[str, Any] | No
     return f"{parent}/{key}"
 
 
-def obstore_store(url: str, options: Mapping[str, Any] | None = None) -> Any:
-    """An obstore store rooted at ``url`` (ConfigError: obstore missing, a bad option)."""
+def obstore_store(
+    url: str, options: Mapping[str, Any] | None = None, named: str | None = None
+) -> Any:
+    """An obstore store rooted at ``url`` (ConfigError: obstore missing, a bad option; the
+    message names ``named``, the URL the user gave, when ``url`` is derived from it)."""
     kind = scheme_of(url)
+    named = named or url
     try:
         from obstore.exceptions import BaseError
         from obstore.store import from_url as obstore_from_url
     except ImportError:
         raise ConfigError(
-            f"store path {url!r} needs obstore, which is not installed: pip install "
+            f"{named!r} needs obstore, which is not installed: pip install "
             f"'trak_dist[{EXTRA[kind]}]' (on every node of the cluster)."
         ) from None
     opts = {k: v for k, v in (options or {}).items() if k not in OWN_KEYS}
@@ -194,13 +198,13 @@ def obstore_store(url: str, options: Mapping[str, Any] | None = None) -> Any:
     extra: dict[str, Any] = {}
     profile = opts.pop("profile", None) or (os.environ.get("AWS_PROFILE") if kind == "s3" else None)
     if profile and kind == "s3":
-        extra["credential_provider"] = _profile_credentials(str(profile), url)
+        extra["credential_provider"] = _profile_credentials(str(profile), named)
     try:
         from_url: Any = obstore_from_url  # one call for every scheme (typed per scheme)
         return from_url(url, config=opts, client_options=client, retry_config=retry, **extra)
     except (BaseError, ValueError, TypeError) as e:
         raise ConfigError(
-            f"store path {url!r} with store.options {sorted(options or {})}: "
+            f"{named!r} with store.options {sorted(options or {})}: "
             f"{redact(first_line(e), options)}"
         ) from None
 
@@ -211,7 +215,7 @@ def _profile_credentials(profile: str, url: str) -> Any:
         from obstore.auth.boto3 import Boto3CredentialProvider
     except ImportError:
         raise ConfigError(
-            f"store path {url!r}: AWS profile {profile!r} is set (AWS_PROFILE or "
+            f"{url!r}: AWS profile {profile!r} is set (AWS_PROFILE or "
             "store.options.profile), and reading profiles needs boto3: pip install boto3, or "
             "give the credentials as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY."
         ) from None
