@@ -75,8 +75,15 @@ start)
     args=(--address="$HEAD_IP:6379" "${args[@]}")
   fi
   t0=$(date +%s%N)
-  in_node "$K" "$VENV/bin/ray" start "${args[@]}" >"$RUN/n$K.start.log" 2>&1 ||
-    { tail -30 "$RUN/n$K.start.log" >&2; die "node $K: ray start failed"; }
+  # `ray start` gives a raylet 30 s (hard-coded) to register with the GCS; on a loaded 2-core
+  # machine a head has missed that. Then: end what it started (not the anchor), try again.
+  for attempt in 1 2 3; do
+    in_node "$K" "$VENV/bin/ray" start "${args[@]}" >"$RUN/n$K.start.log" 2>&1 && break
+    tail -3 "$RUN/n$K.start.log" >&2
+    [ "$attempt" = 3 ] && die "node $K: ray start failed 3 times ($RUN/n$K.start.log)"
+    log "node $K: ray start failed (attempt $attempt); stopping what it started, again"
+    stop_pids "$(ns_pids "$NS" | tr ' ' '\n' | grep -vx "$A" | tr '\n' ' ')"
+  done
   log "node $K ($ROLE, $IP) started in $(elapsed "$t0")"
   ;;
 kill)

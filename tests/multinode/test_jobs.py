@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.fixtures.multinode import wait_for
+from tests.fixtures.multinode import fresh, wait_for
 from tests.multinode._jobs import LM_TRAIN_ROWS, assert_same_bits, lm_args
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.multinode]
@@ -25,7 +25,7 @@ def test_the_default_job_on_three_nodes_with_the_store_on_s3_equals_the_local_ru
     cluster, s3_client, tmp_path
 ):
     c, local = cluster
-    store = c.url("default/store.zarr")
+    store = c.url(f"{fresh()}/default.zarr")
     job = c.submit([f"store.path={store}", "progress=false"], tmp_path / "job.log")
     out = job.wait()
     assert job.proc.returncode == 0, out[-5000:]
@@ -48,11 +48,12 @@ def test_a_causal_lm_job_with_inputs_on_s3_outlives_15_s_without_s3_and_equals_t
     """Checkpoints (``save_pretrained`` directories) and JSONL data on S3, fetched by every node
     into its own cache; the S3 server stopped for 15 s once the first chunk is committed."""
     c, local = cluster
+    run = fresh()
     for name in ("c0", "c1", "train.jsonl", "targets.jsonl"):
-        c.upload(lm_inputs / name, f"lm/inputs/{name}")
-    store = c.url("lm/store.zarr")
-    job = c.submit([*lm_args(c.url("lm/inputs")), f"store.path={store}"], tmp_path / "job.log")
-    wait_for("a committed chunk", lambda: committed_rows(c, "lm/store.zarr"), job=job)
+        c.upload(lm_inputs / name, f"{run}/inputs/{name}")
+    store = c.url(f"{run}/lm.zarr")
+    job = c.submit([*lm_args(c.url(f"{run}/inputs")), f"store.path={store}"], tmp_path / "job.log")
+    wait_for("a committed chunk", lambda: committed_rows(c, f"{run}/lm.zarr"), job=job)
     c.s3("stop")
     time.sleep(15)
     assert job.running(), f"the job ended while S3 was down:\n{job.text()[-4000:]}"

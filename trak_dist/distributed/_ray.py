@@ -168,13 +168,16 @@ def start_scorer(cfg: JobConfig) -> Any:
 
 def start_reducer(cfg: JobConfig) -> Any:
     # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot.
-    # On the driver's node where it fits (soft): the job ends with that node anyway, while a
-    # reducer on a worker node would make that node's loss end the job too (it holds the
-    # partial XᵀX sums in memory).
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return RemoteReducer.options(
-        num_cpus=0, num_gpus=cfg.cluster.reducer_gpus, scheduling_strategy=here
-    ).remote(cfg.store.path, reducer_device(cfg), cfg.store.options)
+    # Without a GPU, on the driver's node: the job ends with that node anyway, while a reducer
+    # on a worker node would make that node's loss end the job too (it holds the partial XᵀX
+    # sums in memory). Hard affinity: under soft affinity Ray 2.60 placed such a zero-resource
+    # actor on another node 3 times in 4 (tests/multinode). With a GPU, wherever one is free.
+    gpus = cfg.cluster.reducer_gpus
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    placement: dict[str, Any] = {} if gpus else {"scheduling_strategy": here}
+    return RemoteReducer.options(num_cpus=0, num_gpus=gpus, **placement).remote(
+        cfg.store.path, reducer_device(cfg), cfg.store.options
+    )
 
 
 def stop(actors: Sequence[Any], grace_s: float = 5.0, force: bool = False) -> None:
