@@ -40,7 +40,6 @@ from trak_dist.store import (
     FeatureSpec,
     FeatureStore,
     RowSet,
-    check_store_options,
     checkpoint_fingerprint,
     is_url,
     store_lock,
@@ -156,7 +155,6 @@ class TRAKer:
             chunk_rows=chunk_rows,
             projection_params=getattr(self.projector, "spec_params", ""),
         )
-        check_store_options(str(save_dir), storage_options or {})
         self.save_dir = save_dir if is_url(save_dir) else Path(save_dir).resolve()
         self.store = FeatureStore.create_or_open(
             self.save_dir, spec, store_codec, overwrite, options=storage_options

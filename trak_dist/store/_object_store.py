@@ -17,7 +17,15 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ObjectStore
 
 from trak_dist.errors import RemoteStoreError
-from trak_dist.store._remote import endpoint, first_line, is_url, local_path, obstore_store, redact
+from trak_dist.store._remote import (
+    check_options,
+    endpoint,
+    first_line,
+    is_url,
+    local_path,
+    obstore_store,
+    redact,
+)
 
 _CODE = re.compile(r"<Code>(\w+)</Code>")
 _ELAPSED = re.compile(r" in ([\d.]+(?:ms|s|µs|ns))\b")
@@ -28,6 +36,7 @@ def open_zarr(
     where: str, options: Mapping[str, Any] | None = None, read_only: bool = False
 ) -> Store:
     """The Zarr store at ``where`` (a directory, ``file://`` or an object store URL)."""
+    check_options(where, options or {})
     if not is_url(where):
         return LocalStore(local_path(where), read_only=read_only)
     return RemoteZarrStore(obstore_store(where, options), where, options, read_only=read_only)
