@@ -42,6 +42,7 @@ from trak_dist.store import (
     RowSet,
     checkpoint_fingerprint,
     is_url,
+    local_path,
     store_lock,
     variant_name,
 )
@@ -155,7 +156,7 @@ class TRAKer:
             chunk_rows=chunk_rows,
             projection_params=getattr(self.projector, "spec_params", ""),
         )
-        self.save_dir = save_dir if is_url(save_dir) else Path(save_dir).resolve()
+        self.save_dir = save_dir if is_url(save_dir) else Path(local_path(save_dir)).resolve()
         self.store = FeatureStore.create_or_open(
             self.save_dir, spec, store_codec, overwrite, options=storage_options
         )
