@@ -151,8 +151,9 @@ class SweepSummary(Callback):
         _plot(rows, root / "sweep_summary.png")
         print("\n".join(table))
         names = ("sweep_summary.md", "sweep_summary.csv", "sweep_summary.png")
-        store = config.store
-        urls = publish([root / n for n in names], store.path, run_name(root), store.options)
+        store = config.get("store") or {}
+        where, options = str(store.get("path") or ""), dict(store.get("options") or {})
+        urls = publish([root / n for n in names], where, run_name(root), options)
         print(f"sweep summary: {urls[0] if urls else root / 'sweep_summary.md'}")
 
 

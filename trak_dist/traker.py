@@ -40,9 +40,9 @@ from trak_dist.store import (
     FeatureSpec,
     FeatureStore,
     RowSet,
-    check_store_options,
     checkpoint_fingerprint,
     is_url,
+    local_path,
     store_lock,
     variant_name,
 )
@@ -156,8 +156,7 @@ class TRAKer:
             chunk_rows=chunk_rows,
             projection_params=getattr(self.projector, "spec_params", ""),
         )
-        check_store_options(str(save_dir), storage_options or {})
-        self.save_dir = save_dir if is_url(save_dir) else Path(save_dir).resolve()
+        self.save_dir = save_dir if is_url(save_dir) else Path(local_path(save_dir)).resolve()
         self.store = FeatureStore.create_or_open(
             self.save_dir, spec, store_codec, overwrite, options=storage_options
         )

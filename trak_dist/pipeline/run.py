@@ -17,7 +17,7 @@ from trak_dist.pipeline.plan import prepare
 from trak_dist.pipeline.reducer import Reducer
 from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult
 from trak_dist.scoring import LambdaReg
-from trak_dist.store import FeatureStore, is_url, store_lock
+from trak_dist.store import FeatureStore, is_url, local_path, store_lock
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def absolute_store(cfg: JobConfig) -> JobConfig:
     """Workers run in their own working directory (or on another node): ship absolute paths."""
     if is_url(cfg.store.path):
         return cfg
-    path = Path(cfg.store.path)
+    path = Path(local_path(cfg.store.path))  # file:///abs/store.zarr is a directory too
     if not path.is_absolute() and cfg.cluster.kind != "local":
         logger.warning(
             "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "

@@ -8,7 +8,7 @@ from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._remote import check_options as check_store_options
-from trak_dist.store._remote import is_url, put_beside
+from trak_dist.store._remote import is_url, local_path, put_beside, redact
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
@@ -39,9 +39,11 @@ __all__ = [
     "fingerprint",
     "is_url",
     "local_copy",
+    "local_path",
     "put_beside",
     "record_best",
     "recorded_best",
+    "redact",
     "row_hashes",
     "scoring_lease",
     "store_lock",
