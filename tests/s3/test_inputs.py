@@ -15,6 +15,7 @@ from tests.fixtures.pipeline import run_in_process, small_job, stored_features
 from tests.s3.conftest import upload
 from trak_dist._compose import compose_job
 from trak_dist.errors import ConfigError, StoreMismatchError
+from trak_dist.pipeline import resolve_inputs
 from trak_dist.store import _fetch, local_copy
 
 pytestmark = pytest.mark.s3
@@ -99,7 +100,8 @@ def test_a_causal_lm_job_with_checkpoints_and_data_on_s3(s3_url, tmp_path, cache
 
     local = job(str(root), str(tmp_path / "local.zarr"), [str(c) for c in ckpts])
     remote = job(f"{base}/llm", s3_url, [f"{base}/llm/{c.name}" for c in ckpts])
-    assert remote.data.train.path == f"{base}/llm/train.jsonl"
+    # resolved on the driver, the data stays a URL (each process fetches it into its cache)
+    assert resolve_inputs(remote).data.train.path == f"{base}/llm/train.jsonl"
     run_in_process(local)
     shutil.rmtree(root)  # the remote job reads nothing local
     run_in_process(remote)

@@ -1,10 +1,10 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
-from trak_dist.store._best import record_best, recorded_best
+from trak_dist.store._cli import main
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._fetch import local_copy
-from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
+from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._remote import check_options as check_store_options
@@ -32,6 +32,7 @@ __all__ = [
     "ScoreSet",
     "ScoringLease",
     "check_store_options",
+    "check_unchanged",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
     "dataset_row_hashes",
@@ -40,9 +41,8 @@ __all__ = [
     "is_url",
     "local_copy",
     "local_path",
+    "main",
     "put_beside",
-    "record_best",
-    "recorded_best",
     "redact",
     "row_hashes",
     "scoring_lease",

@@ -22,11 +22,11 @@ def _parser() -> argparse.ArgumentParser:
         "that the next run recomputes exactly what was damaged.",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    for name, text in (
-        ("verify", "read every committed chunk and reduction; list what is damaged"),
-        ("repair", "un-commit damaged chunks and drop what was derived from them"),
+    for run, text in (
+        (_verify, "read every committed chunk and reduction; list what is damaged"),
+        (_repair, "un-commit damaged chunks and drop what was derived from them"),
     ):
-        cmd = sub.add_parser(name, help=text)
+        cmd = sub.add_parser(run.__name__.lstrip("_"), help=text)
         cmd.add_argument("path", help="the store: a directory or an object store URL (s3://…)")
         cmd.add_argument(
             "-o",
@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
             help="an object store's store.options entry (endpoint, region, …); credentials "
             "come from the environment (AWS_ACCESS_KEY_ID, …)",
         )
+        cmd.set_defaults(run=run)
     return p
 
 
@@ -59,27 +60,32 @@ def _print_problems(report: Report) -> None:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        options = _options(args.option, args.path)
-        if args.command == "verify":
-            report = verify(args.path, options)
-            if not report.problems:
-                print(
-                    f"{report.where}: sound ({report.chunks_checked} committed chunks and every "
-                    "reduction read back intact)."
-                )
-                return 0
-            print(f"{report.where}: {len(report.problems)} problem(s):")
-            _print_problems(report)
-            if any(p.repairable for p in report.problems):
-                print(
-                    f"Run `trak-dist store repair {report.where}`, then rerun the job: only the "
-                    "damaged chunks are featurised again."
-                )
-            return 1
-        report, actions = repair(args.path, options)
+        return int(args.run(args.path, _options(args.option, args.path)))
     except TrakDistError as e:
         print(f"trak-dist store: error: {e}", file=sys.stderr)
         return 2
+
+
+def _verify(path: str, options: dict[str, str]) -> int:
+    report = verify(path, options)
+    if not report.problems:
+        print(
+            f"{report.where}: sound ({report.chunks_checked} committed chunks and every "
+            "reduction read back intact)."
+        )
+        return 0
+    print(f"{report.where}: {len(report.problems)} problem(s):")
+    _print_problems(report)
+    if any(p.repairable for p in report.problems):
+        print(
+            f"Run `trak-dist store repair {report.where}`, then rerun the job: only the "
+            "damaged chunks are featurised again."
+        )
+    return 1
+
+
+def _repair(path: str, options: dict[str, str]) -> int:
+    report, actions = repair(path, options)
     if not report.problems and not actions:
         print(f"{report.where}: nothing to repair ({report.chunks_checked} chunks checked).")
         return 0

@@ -89,6 +89,7 @@ def _listing(store: Any, key: str, url: str, what: str) -> list[dict[str, Any]]:
 
 def _fetch(url: str, what: str) -> Path:
     import obstore
+    from obstore.exceptions import BaseError
 
     from trak_dist.store._object_store import remote_error
 
@@ -109,18 +110,20 @@ def _fetch(url: str, what: str) -> Path:
         for o in listing:
             target = tmp / name / o["name"] if o["name"] else tmp / name
             target.parent.mkdir(parents=True, exist_ok=True)
+            size = 0
             try:
                 got = obstore.get(store, o["key"])
-                data = bytes(got.bytes())
-            except Exception as e:
+                with open(target, "wb") as f:  # streamed: checkpoints can be larger than RAM
+                    for part in got.stream():
+                        size += f.write(memoryview(part))
+            except BaseError as e:  # the store's; the local disk's OSErrors stay as they are
                 raise remote_error(e, url, "read", o["key"], None) from None
-            if len(data) != o["size"] or got.meta["e_tag"] != o["e_tag"]:
+            if size != o["size"] or got.meta["e_tag"] != o["e_tag"]:
                 raise DataError(
                     f"{what}={url!r}: {o['key']} changed while it was fetched (size "
-                    f"{len(data)} vs {o['size']} listed); rerun once it is no longer written."
+                    f"{size} vs {o['size']} listed); rerun once it is no longer written."
                 )
-            target.write_bytes(data)
-            nbytes += len(data)
+            nbytes += size
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(tmp / name, dest)
