@@ -43,7 +43,7 @@ def test_a_second_job_waits_and_a_killed_holder_blocks_only_for_the_ttl(s3_url, 
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=10)
     t0 = time.monotonic()
-    # logger="trak_dist": an in-process TRAKer (tests/s3/test_api.py) sets its level to ERROR
+    # logger="trak_dist": an in-process TRAKer (logging_level=ERROR) leaves that logger at ERROR
     with (
         caplog.at_level(logging.WARNING, logger="trak_dist"),
         store_lock(s3_url, options=options) as free,

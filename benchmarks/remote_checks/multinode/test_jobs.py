@@ -1,4 +1,5 @@
-"""Jobs submitted from outside a three-node cluster with no shared file system: the store, the
+"""By hand (over CI's budget: ``python -m pytest benchmarks/remote_checks/multinode``). Jobs
+submitted from outside a three-node cluster with no shared file system: the store, the
 report, the LM's checkpoints and data on S3. Their results equal the single-node local-disk
 run's bit for bit (issue 27)."""
 
