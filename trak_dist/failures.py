@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from trak_dist._extras import missing_extra
 from trak_dist.errors import TrakDistError
 
 DEBUG_ENV = "TRAK_DIST_DEBUG"
@@ -82,6 +83,9 @@ def describe(e: BaseException) -> str | None:
     e = unwrap(e)
     if isinstance(e, TrakDistError):
         return _one_line(str(e))
+    extra = missing_extra(e)  # a feature whose optional dependencies are not installed
+    if extra is not None:
+        return extra
     hydra_errors = sys.modules.get("hydra.errors")
     if hydra_errors is not None and isinstance(e, hydra_errors.HydraException):
         # a bad override or config group: Hydra's own message (its cause says which value)

@@ -82,7 +82,7 @@ def connect(cluster: ClusterConfig) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if cluster.kind == "local" and not cluster.address:
+    if cluster.kind in ("local", "inprocess") and not cluster.address:
         # address="local": a fresh instance even when a `ray start` cluster (or a stale record
         # of one in /tmp/ray) exists on this machine; bare ray.init() would try to join it
         with _loopback():

@@ -55,7 +55,7 @@ def absolute_store(cfg: JobConfig) -> JobConfig:
     if "://" in cfg.store.path:
         return cfg
     path = Path(cfg.store.path)
-    if not path.is_absolute() and cfg.cluster.kind != "local":
+    if not path.is_absolute() and cfg.cluster.kind not in ("local", "inprocess"):
         logger.warning(
             "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "
             "job submit`, the job's temporary directory). Give a shared absolute path.",

@@ -67,6 +67,13 @@ class Reducer(Scorer):
         self.store.write_xtx(model_id, self._sums.pop(model_id) + self._errors.pop(model_id))
         return time.perf_counter() - t0
 
+    def reduce(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
+        """The reduce stage: XᵀX of each checkpoint the partials did not finish, from its
+        committed rows (SLURM array tasks, TRAKer), then ``factorize``."""
+        for model_id in model_ids:
+            self.reduce_stored(model_id)
+        return self.factorize(model_ids, proj_dims)
+
     def factorize(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
         """Eigendecompose XᵀX[:p, :p] of each checkpoint for each p (once: cached in the store);
         returns the condition number of XᵀX per checkpoint and p."""
@@ -80,9 +87,7 @@ class Reducer(Scorer):
         return conds
 
     def reduce_stored(self, model_id: int) -> None:
-        """Write XᵀX of ``model_id`` from its committed rows, unless the store has it: the
-        reduce step for features written without streaming partials (SLURM array tasks, the
-        TRAKer API)."""
+        """Write XᵀX of ``model_id`` from its committed rows, unless the store has it."""
         rows = self.store.train_rows(model_id)
         missing = int((~rows.done_chunks()).sum())
         if missing:
@@ -96,4 +101,5 @@ class Reducer(Scorer):
 
     def score(self, request: ScoreRequest) -> ScoreResult:
         """Score one variant into the store, every block here (``score_step``)."""
-        return score_step(self, request, self.run_blocks)
+        (result,) = score_step(self, [request], self.run_blocks)
+        return result
