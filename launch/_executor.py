@@ -1,18 +1,13 @@
-"""The SLURM executor: ``run_pipeline``'s stages as a chain of SLURM jobs, submitted at once
-(submitit), each waiting for the one before it (``afterok``; with ``--kill-on-invalid-dep`` a
-failed or cancelled job cancels what waits for it, never left pending for ever):
+"""The SLURM executor: ``run_pipeline``'s stages as a chain of jobs submitted at once, each
+waiting for the one before (``afterok``; with ``--kill-on-invalid-dep`` a failed or cancelled
+job cancels what waits for it): featurize is an array (``ShardRunner``: a contiguous group of
+shards per task, requeued on preemption, skipping committed chunks), reduce and the score
+step's prepare one job, the blocks an array (``ScoreRunner``: a contiguous share per task), the
+score step's finish (and what the launcher adds) one job.
 
-    featurize          an array: each task featurises a contiguous group of shards with the
-                       plain Worker (``ShardRunner``; requeued on preemption, it skips the
-                       chunks it committed, and a rerun plans only uncommitted ones)
-    reduce, prepare    one job: XᵀX from the committed rows, factors, each variant's Y, plan
-                       and blocks still to run
-    score blocks       an array: each task runs a contiguous share of the blocks (``ScoreRunner``)
-    finish             one job: merge, publish, the run's result (and what the launcher adds)
-
-The driver calls the same stages as every executor; here they return ``Later`` values, names
-in the state that each serial job extends and returns (its submitit result file). A job cannot
-hold a submitit Job (the local executor's does not pickle): it reads those files."""
+Here the stages' calls return ``Later`` values: names in the state each serial job extends
+and returns (its submitit result file), which the jobs after it read. A job cannot hold a
+submitit Job (the local executor's does not pickle): it reads those files."""
 
 from __future__ import annotations
 
@@ -29,7 +24,6 @@ import torch
 from trak_dist.config import JobConfig
 from trak_dist.errors import WorkerFailedError
 from trak_dist.pipeline import (
-    BlockScorer,
     Executor,
     FeaturizeReport,
     OnShard,
@@ -39,8 +33,12 @@ from trak_dist.pipeline import (
     Worker,
     reducer_device,
 )
-from trak_dist.scoring import BlockResult, BlockTask, ScorePlan, ScoreRequest, ScoreResult, discards
+from trak_dist.scoring import BlockResult, BlockTask, ScorePlan, Scorer, ScoreRequest, discards
 from trak_dist.store import store_lock
+
+Op = tuple[str, Callable[..., Any], tuple[Any, ...]]
+# the run report's phases, as the jobs measured them (the submitting process only plans)
+PHASES = {"reduce": "reduce", "prepare": "score", "finish": "score"}
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,8 @@ def use_allocation() -> None:
 
 
 def split(tasks: list[ShardTask], parts: int) -> list[list[ShardTask]]:
-    """``parts`` contiguous groups of about equal rows (contiguous: a group mostly stays on one
-    checkpoint, so its worker loads it and generates its projection once)."""
+    """``parts`` contiguous groups of about equal rows (a group mostly stays on one checkpoint,
+    so its worker loads it and generates its projection once)."""
     total = sum(t.rows for t in tasks)
     groups: list[list[ShardTask]] = [[] for _ in range(max(1, parts))]
     done = 0
@@ -85,31 +83,29 @@ def share(blocks: list[BlockTask], index: int, shares: int) -> list[BlockTask]:
 
 
 def pending(prepared: list[Any]) -> list[BlockTask]:
-    """The blocks of the scorings the reduce job prepared (``Scorer.hand_over``)."""
+    """The blocks of the scorings a reduce job prepared (its ``Scorer.hand_over``)."""
     return [t for ref in prepared for t in ref.pending]
 
 
 class ShardRunner(submitit.helpers.Checkpointable):
-    """One featurize task. On preemption or time-out submitit requeues it with the same shards;
-    the Worker then skips the chunks committed before the interruption."""
+    """A featurize task: its shards with the plain Worker (XᵀX is summed later, from the
+    store); requeued, it skips the chunks committed before the interruption."""
 
     def __init__(self, cfg: JobConfig, checkpoints: list[Path], width: int) -> None:
         self.cfg, self.checkpoints, self.width = cfg, checkpoints, width
 
     def __call__(self, tasks: list[ShardTask]) -> FeaturizeReport:
-        worker = Worker(self.cfg, self.checkpoints, self.width)
-        report = FeaturizeReport()
+        worker, report = Worker(self.cfg, self.checkpoints, self.width), FeaturizeReport()
         for task in tasks:
-            result, _ = worker.run(task)  # the reduce job sums XᵀX from the committed rows
+            result, _ = worker.run(task)
             report.rows_computed[task.kind] += result.rows_computed
             report.rows_reused[task.kind] += result.rows_reused
         return report
 
 
 class ScoreRunner(submitit.helpers.Checkpointable):
-    """One score task: share ``index`` of ``shares`` of the blocks the reduce job prepared.
-    Committed blocks are skipped, so a requeued task (or a rerun of the launch, whose reduce
-    job plans only uncommitted blocks) redoes none."""
+    """A score task: share ``index`` of ``shares`` of the blocks prepared before it, skipping
+    committed ones (a requeued task, or a rerun of the launch, redoes none)."""
 
     def __init__(self, cfg: JobConfig, state: Path, prepared: Later) -> None:
         self.cfg, self.state, self.prepared = cfg, state, prepared
@@ -117,49 +113,40 @@ class ScoreRunner(submitit.helpers.Checkpointable):
     def __call__(self, index: int, shares: int) -> list[BlockResult]:
         blocks = share(pending(output(self.state)[self.prepared.name]), index, shares)
         use_allocation()
-        scorer = BlockScorer(self.cfg.store.path, reducer_device(self.cfg))
-        return [scorer.run(t) for t in blocks if not scorer.committed(t)]
-
-
-Op = tuple[str, Callable[..., Any], tuple[Any, ...]]
-# the run report's phases, as the jobs measured them (the submitting process only plans)
-PHASES = {"reduce": "reduce", "prepare": "score", "finish": "score"}
+        scorer = Scorer(self.cfg.store.path, reducer_device(self.cfg))
+        return [scorer.run_block(t) for t in blocks if not scorer.committed(t)]
 
 
 class SerialJob:
-    """One job of the chain's reducer stages: the state the job before returned, the outputs of
-    the arrays in between (``arrays``: name → result files), then ``ops`` in order; returns the
-    state with every op's output under its name (the ``last`` job: its last op's output)."""
+    """A job of the chain's reducer stages: the state of the job before, the outputs of the
+    arrays in between (``arrays``: name → result files), then ``ops`` (``fn(reducer, *args)``)
+    in order. Returns the state with each op's output under its name (the ``last`` job: its
+    last op's output)."""
 
     def __init__(
-        self,
-        cfg: JobConfig,
-        state: Path | None,
-        arrays: dict[str, list[Path]],
-        ops: list[Op],
-        last: bool = False,
-    ) -> None:
+        self, cfg: JobConfig, state: Path | None, arrays: dict[str, list[Path]], ops: list[Op],
+        last: bool,
+    ) -> None:  # fmt: skip
         self.cfg, self.state, self.arrays, self.ops, self.last = cfg, state, arrays, ops, last
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> Any:
         use_allocation()
-        state = {} if self.state is None else dict(output(self.state))
+        state = {"phases": {}} if self.state is None else dict(output(self.state))
         for name, files in self.arrays.items():
             state[name] = [x for f in files for x in _as_list(output(f))]
         reducer = Reducer(self.cfg.store.path, reducer_device(self.cfg))
-        phases = state.setdefault("phases", {})
         try:
             for name, fn, args in self.ops:
                 t0 = time.perf_counter()
                 values = [state[a.name] if isinstance(a, Later) else a for a in args]
                 state[name] = fn(reducer, *values)
-                phase = PHASES.get(fn.__name__.strip("_"))
-                if phase:
-                    phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t0
+                phase = PHASES.get(fn.__name__.strip("_"), "")
+                state["phases"][phase] = state["phases"].get(phase, 0.0) + time.perf_counter() - t0
         except BaseException as e:
             reducer.stop_scores(discard=discards(e))  # the score step's rule
             raise
-        reducer.stop_scores()  # leases end with the job: the next one adopts the scorings
+        reducer.stop_scores()  # a lease ends with its job: the next one adopts the scorings
+        state["phases"].pop("", None)
         return state[self.ops[-1][0]] if self.last else state
 
 
@@ -167,7 +154,7 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _reduce(reducer: Reducer, ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
+def _reduce(reducer: Reducer, ids: list[int], proj_dims: list[int]) -> Any:
     with store_lock(reducer.store.where):
         return reducer.reduce(ids, proj_dims)
 
@@ -177,9 +164,7 @@ def _prepare(reducer: Reducer, requests: list[ScoreRequest]) -> list[Any]:
     return reducer.hand_over()
 
 
-def _finish(
-    reducer: Reducer, requests: list[ScoreRequest], results: list[BlockResult], prepared: list[Any]
-) -> list[ScoreResult]:
+def _finish(reducer: Reducer, requests: Any, results: Any, prepared: Any) -> Any:
     reducer.adopt(prepared)
     return reducer.finish_scores(requests, results)
 
@@ -189,9 +174,10 @@ def _call(reducer: Reducer, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class SlurmExecutor(Executor):
-    """Submits the stages as the chain above with ``ex`` (a submitit executor; ``local``: the
-    local executor, which has no dependencies, so each submission waits for the one before).
-    ``tasks`` featurize tasks, ``score_tasks`` score tasks (at most one per block)."""
+    """Submits the chain with ``ex`` (a submitit executor; ``local``: submitit's local one,
+    which has no dependencies, so each submission waits for the one before); ``tasks``
+    featurize tasks, ``score_tasks`` score tasks (at most one per block). The serial jobs are
+    ``serial``, the arrays ``shards`` and ``scores``."""
 
     def __init__(self, ex: submitit.Executor, local: bool, tasks: int, score_tasks: int) -> None:
         self.ex, self.local, self.tasks, self.score_tasks = ex, local, tasks, score_tasks
@@ -199,70 +185,60 @@ class SlurmExecutor(Executor):
         self.serial: list[submitit.Job[Any]] = []
         self.scores: list[submitit.Job[Any]] = []
         self._ops: list[Op] = []
-        self._after: list[submitit.Job[Any]] = []
         self._arrays: dict[str, list[Path]] = {}
         self._state: Path | None = None
-        self._names: dict[str, int] = {}
 
     def start(self, cfg: JobConfig, prep: Prepared) -> None:
         self.cfg, self.prep = cfg, prep
 
-    def featurize(self, cfg: JobConfig, prep: Prepared, on_shard: OnShard | None) -> Any:
+    def featurize(self, cfg: JobConfig, prep: Prepared, on_shard: OnShard | None) -> Later:
         groups = split(prep.train_tasks + prep.target_tasks, self.tasks)
         if groups:
-            runner = ShardRunner(cfg, prep.checkpoints, prep.width)
-            self.shards = self.ex.map_array(runner, groups)
+            self.shards = self.ex.map_array(ShardRunner(cfg, prep.checkpoints, prep.width), groups)
         return self._array("features", self.shards)
 
-    def reduce(self, model_ids: list[int], proj_dims: list[int]) -> Any:
+    def reduce(self, model_ids: list[int], proj_dims: list[int]) -> Later:
         return self._op(_reduce, model_ids, proj_dims)
 
     def scoring(self) -> SlurmExecutor:
         return self
 
-    def prepare_scores(self, requests: list[ScoreRequest]) -> Any:
-        self._requests = requests
+    def prepare_scores(self, requests: list[ScoreRequest]) -> Later:
+        p = self.prep
+        plans = [
+            ScorePlan.of(p.n, p.m, r.proj_dim or p.width, len(p.checkpoints), r.scoring,
+                         self.cfg.store.chunk_rows)
+            for r in requests
+        ]  # fmt: skip
+        self._blocks = sum(len(q.row_ranges) * len(q.super_blocks) for q in plans)
         self._prepared = self._op(_prepare, requests)
         return self._prepared
 
-    def run_blocks(self, tasks: Any) -> Any:
-        state = self._flush()
-        shares = max(1, min(self.score_tasks, self._blocks()))
+    def run_blocks(self, tasks: Later) -> Later:
+        state, shares = self._flush(), max(1, min(self.score_tasks, self._blocks))
         runner = ScoreRunner(self.cfg, state, self._prepared)
         self.scores = self.ex.map_array(runner, list(range(shares)), [shares] * shares)
         return self._array("blocks", self.scores)
 
-    def finish_scores(self, requests: list[ScoreRequest], results: Any) -> Any:
+    def finish_scores(self, requests: list[ScoreRequest], results: Later) -> Later:
         return self._op(_finish, requests, results, self._prepared)
 
     def stop_scores(self, discard: bool = False) -> None:
-        """Nothing has run when the chain is submitted: the jobs apply the rule themselves."""
+        """Nothing runs at submission: the serial jobs apply the score step's rule."""
 
-    def conclude(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, phases=…)`` in the last job, with the phases the jobs measured."""
+    def conclude(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Later:
+        """``fn(*args, phases)`` in the last job, with the phases the jobs measured."""
         return self._op(_call, fn, *args, Later("phases"))
 
     def then(self, fn: Callable[..., Any], *args: Any) -> submitit.Job[Any]:
-        """Add ``fn(*args)`` (``Later`` args resolved) to the last job and submit it."""
+        """``fn(*args)`` (``Later`` args resolved) in the last job, which it submits."""
         self._op(_call, fn, *args)
         self._flush(last=True)
         return self.serial[-1]
 
-    def _blocks(self) -> int:
-        """How many score blocks the scorings have (their plans; the sizes only)."""
-        p = self.prep
-        count = 0
-        for r in self._requests:
-            plan = ScorePlan.of(p.n, p.m, r.proj_dim or p.width, len(p.checkpoints), r.scoring,
-                                self.cfg.store.chunk_rows)  # fmt: skip
-            count += len(plan.row_ranges) * len(plan.super_blocks)
-        return count
-
     def _op(self, fn: Callable[..., Any], *args: Any) -> Later:
-        """``fn(reducer, *args)`` in the serial job being built; its output's name."""
         name = fn.__name__.strip("_")
-        self._names[name] = self._names.get(name, 0) + 1
-        name = name if self._names[name] == 1 else f"{name}{self._names[name]}"
+        name = f"{name}{len(self._ops)}" if name == "call" else name
         self._ops.append((name, fn, args))
         return Later(name)
 
@@ -286,6 +262,5 @@ class SlurmExecutor(Executor):
                 j.result()
             return
         ids = sorted({j.job_id.split("_")[0] for j in jobs})  # an array's tasks share its id
-        # kill-on-invalid-dep: a cancelled or failed task cancels what waits for it
         extra = {"dependency": "afterok:" + ":".join(ids), "kill_on_invalid_dep": "yes"}
         self.ex.update_parameters(slurm_additional_parameters=extra if ids else {})

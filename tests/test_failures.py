@@ -106,7 +106,7 @@ def test_every_extra_s_modules_are_named():
     """The table behind the line: every module an extra's requirements name (pyproject)."""
     from importlib.metadata import requires
 
-    from trak_dist._extras import EXTRAS
+    from trak_dist.failures import EXTRAS
 
     for req in requires("trak_dist") or []:
         name, _, marker = req.partition(";")

@@ -14,7 +14,6 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from trak_dist._extras import missing_extra
 from trak_dist.errors import TrakDistError
 
 DEBUG_ENV = "TRAK_DIST_DEBUG"
@@ -22,6 +21,33 @@ RESUME = "committed chunks are kept: rerun the same command to resume"
 # boilerplate lines of torch.load's weights-only refusal that say nothing about the file
 _NOISE = ("Weights only load failed", "Please file an issue", "Check the documentation")
 _LAST_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\w*): (.+)$")
+
+
+# the optional extras (pyproject's [project.optional-dependencies]) by the modules they bring:
+# a feature whose extra is missing stops with one line naming the install, wherever the import
+# happens (lazily, in a worker, in a Ray task). A new extra adds its modules here.
+EXTRAS = {
+    "transformers": "hf",
+    "tokenizers": "hf",
+    "datasets": "hf",
+    "peft": "hf",
+    "matplotlib": "plot",
+    "faiss": "ann",
+}
+
+
+def missing_extra(error: BaseException) -> str | None:
+    """The line for an import of a module an extra provides that failed, else None."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return None
+    module = error.name.split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (
+        f"{module} is not installed; this needs trak_dist's {extra!r} extra: run "
+        f"`pip install 'trak_dist[{extra}]'` (in a clone: `pip install '.[{extra}]'`), then rerun."
+    )
 
 
 def unwrap(e: BaseException) -> BaseException:

@@ -15,13 +15,14 @@ from ray._private import ray_constants
 
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.errors import ConfigError
-from trak_dist.pipeline import BlockScorer, Reducer, Worker, reducer_device
+from trak_dist.pipeline import Reducer, Worker, reducer_device
+from trak_dist.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
 RemoteWorker = ray.remote(Worker)
 RemoteReducer = ray.remote(Reducer)
-RemoteScorer = ray.remote(BlockScorer)
+RemoteScorer = ray.remote(Scorer)
 
 
 # Ray 2.60 has no single "loopback only" switch for ray.init; together these are one

@@ -46,7 +46,7 @@ def run_blocks(
         while pending or inflight:
             while pending and idle:
                 slot, task = idle.popleft(), pending.popleft()
-                inflight[actors[slot].run.remote(task)] = (task, slot)
+                inflight[actors[slot].run_block.remote(task)] = (task, slot)
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_S)
             ctrl_c.check()
             for ref in ready:

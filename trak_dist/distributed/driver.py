@@ -29,7 +29,6 @@ from trak_dist.pipeline import (
     Prepared,
     ShardResult,
     ShardTask,
-    TrainShardsLeft,
     run_pipeline,
 )
 from trak_dist.scoring import BlockResult, BlockTask, ScoreRequest, ScoreResult
@@ -92,7 +91,7 @@ class RayExecutor(Executor):
         state = self.state
         t1 = time.perf_counter()
         state.pending.extend(prep.train_tasks + prep.target_tasks)
-        self._loop(TrainShardsLeft(prep.train_tasks), on_shard)
+        self._loop(on_shard)
         ready = state.first_ready or t1
         return FeaturizeReport(
             state.rows_computed,
@@ -104,7 +103,7 @@ class RayExecutor(Executor):
         )
 
     def reduce(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
-        self._get(self.state.finish_refs)
+        self._get(self.state.partials)  # the last of a checkpoint writes its XᵀX
         result: dict[int, dict[int, float]] = self._get(
             self.reducer.reduce.remote(model_ids, proj_dims)
         )
@@ -152,7 +151,7 @@ class RayExecutor(Executor):
                 raise cause from e
             raise
 
-    def _loop(self, left: TrainShardsLeft, on_shard: OnShard | None) -> None:
+    def _loop(self, on_shard: OnShard | None) -> None:
         cfg, state = self.cfg, self.state
         if not state.pending:
             return
@@ -191,10 +190,8 @@ class RayExecutor(Executor):
                     state.rows_reused[task.kind] += result.rows_reused
                     bars[task.kind].update(task.rows)
                     if task.kind == "train":
-                        self.reducer.add.remote(task.model_id, task.start, task.end, xtx_ref)
-                        if left.last(task):
-                            finish = self.reducer.finish_checkpoint.remote(task.model_id)
-                            state.finish_refs.append(finish)
+                        add = self.reducer.add.remote(task.model_id, task.start, task.end, xtx_ref)
+                        state.partials.append(add)
                     self._fill()  # keep workers busy before anything slower
                     if on_shard is not None:
                         on_shard(result)

@@ -1,16 +1,14 @@
 """The pipeline, written once: resolve inputs → plan → featurise shards → reduce XᵀX →
 factorise → score (``stages.py`` holds the order; ``run_pipeline`` runs it).
 
-Plain stages (``resolve_inputs``, ``prepare``, ``Worker``, ``Reducer``, ``BlockScorer``); an
+Plain stages (``resolve_inputs``, ``prepare``, ``Worker``, ``Reducer``: a ``Scorer``); an
 ``Executor`` decides where they run. Never imports Ray, Hydra or submitit."""
 
 from trak_dist.pipeline._shards import ShardResult, ShardTask, auto_shard_rows, shard_plan
-from trak_dist.pipeline.block_scorer import BlockScorer
 from trak_dist.pipeline.executor import (
     Executor,
     InProcessExecutor,
     OnShard,
-    TrainShardsLeft,
     reducer_device,
 )
 from trak_dist.pipeline.inputs import absolute_store, resolve_inputs
@@ -21,7 +19,6 @@ from trak_dist.pipeline.stages import Variants, job_result, run_pipeline
 from trak_dist.pipeline.worker import Worker, pick_device
 
 __all__ = [
-    "BlockScorer",
     "Executor",
     "FeaturizeReport",
     "InProcessExecutor",
@@ -31,7 +28,6 @@ __all__ = [
     "Reducer",
     "ShardResult",
     "ShardTask",
-    "TrainShardsLeft",
     "Variants",
     "Worker",
     "absolute_store",

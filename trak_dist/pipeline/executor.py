@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from trak_dist.config import JobConfig
-from trak_dist.pipeline._shards import ShardResult, ShardTask
+from trak_dist.pipeline._shards import ShardResult
 from trak_dist.pipeline.plan import Prepared
 from trak_dist.pipeline.reducer import Reducer
 from trak_dist.pipeline.results import FeaturizeReport
@@ -29,19 +28,6 @@ OnShard = Callable[[ShardResult], None]
 def reducer_device(cfg: JobConfig) -> str:
     """Where the reducer factorises and scores: a GPU when it is given one."""
     return "cuda" if cfg.cluster.reducer_gpus > 0 else cfg.scoring.device
-
-
-class TrainShardsLeft:
-    """Train shards not yet reduced, per checkpoint: a checkpoint's XᵀX is written once its
-    last shard's partial has been added."""
-
-    def __init__(self, tasks: list[ShardTask]) -> None:
-        self._left = Counter(t.model_id for t in tasks if t.kind == "train")
-
-    def last(self, task: ShardTask) -> bool:
-        """Count ``task`` as reduced; True when it was its checkpoint's last."""
-        self._left[task.model_id] -= 1
-        return self._left[task.model_id] == 0
 
 
 class Executor(ABC):
@@ -93,13 +79,6 @@ class InProcessExecutor(Executor):
 
     def __init__(self, reverse: bool = False) -> None:
         self.reverse = reverse
-        self.reducer: Reducer | None = None
-        self.progress = False
-
-    def _reducer(self) -> Reducer:
-        if self.reducer is None:
-            raise RuntimeError("InProcessExecutor.start was not called")
-        return self.reducer
 
     def start(self, cfg: JobConfig, prep: Prepared) -> None:
         self.reducer = Reducer(cfg.store.path, reducer_device(cfg))
@@ -115,15 +94,12 @@ class InProcessExecutor(Executor):
         t0 = time.perf_counter()
         worker = Worker(cfg, prep.checkpoints, prep.width)
         t1 = time.perf_counter()
-        reducer, left = self._reducer(), TrainShardsLeft(tasks)
         for task in reversed(tasks) if self.reverse else tasks:
             result, xtx = worker.run(task)
             report.rows_computed[task.kind] += result.rows_computed
             report.rows_reused[task.kind] += result.rows_reused
             if xtx is not None:
-                reducer.add(task.model_id, task.start, task.end, xtx)
-                if left.last(task):
-                    reducer.finish_checkpoint(task.model_id)
+                self.reducer.add(task.model_id, task.start, task.end, xtx)
             if on_shard is not None:
                 on_shard(result)
         return FeaturizeReport(
@@ -134,10 +110,10 @@ class InProcessExecutor(Executor):
         )
 
     def reduce(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
-        return self._reducer().reduce(model_ids, proj_dims)
+        return self.reducer.reduce(model_ids, proj_dims)
 
     def scoring(self) -> Reducer:
-        return self._reducer()
+        return self.reducer
 
     def run_blocks(self, tasks: list[BlockTask]) -> list[BlockResult]:
-        return self._reducer().run_blocks(tasks, self.progress)
+        return self.reducer.run_blocks(tasks, self.progress)

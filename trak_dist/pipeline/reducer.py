@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
@@ -34,7 +32,8 @@ class Reducer(Scorer):
         self._covered: dict[int, list[tuple[int, int]]] = {}
 
     def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
-        """Add the partial XᵀX of train rows ``[start, end)``."""
+        """Add the partial XᵀX of train rows ``[start, end)``; the last one of a checkpoint
+        writes its XᵀX."""
         spans = self._covered.setdefault(model_id, [])
         if any(s < end and start < e for s, e in spans):
             raise TrakDistError(
@@ -45,27 +44,15 @@ class Reducer(Scorer):
         if model_id not in self._sums:
             self._sums[model_id] = np.array(xtx, dtype=np.float64)
             self._errors[model_id] = np.zeros_like(self._sums[model_id])
-            return
-        total = self._sums[model_id]
-        new = total + xtx
-        back = new - total
-        # TwoSum (Knuth): new + err == total + xtx exactly
-        self._errors[model_id] += (total - (new - back)) + (xtx - back)
-        self._sums[model_id] = new
-
-    def finish_checkpoint(self, model_id: int) -> float:
-        """Write XᵀX once every row is covered; returns the seconds it took."""
-        t0 = time.perf_counter()
-        n = self.store.spec.train_size
-        spans = sorted(self._covered.get(model_id, []))
-        covered = sum(e - s for s, e in spans)
-        if covered != n:
-            raise TrakDistError(
-                f"model_id={model_id}: partial XᵀX cover {covered} of {n} train rows; "
-                "every shard must be reduced once before finishing a checkpoint."
-            )
-        self.store.write_xtx(model_id, self._sums.pop(model_id) + self._errors.pop(model_id))
-        return time.perf_counter() - t0
+        else:
+            total = self._sums[model_id]
+            new = total + xtx
+            back = new - total
+            # TwoSum (Knuth): new + err == total + xtx exactly
+            self._errors[model_id] += (total - (new - back)) + (xtx - back)
+            self._sums[model_id] = new
+        if sum(e - s for s, e in spans) == self.store.spec.train_size:
+            self.store.write_xtx(model_id, self._sums.pop(model_id) + self._errors.pop(model_id))
 
     def reduce(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
         """The reduce stage: XᵀX of each checkpoint the partials did not finish, from its

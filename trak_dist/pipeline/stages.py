@@ -88,12 +88,9 @@ def job_result(
             total.rows_reused[kind] += r.rows_reused.get(kind, 0)
     slowest = max(reports, key=lambda r: r.featurize_s, default=total)
     n, m, width, checkpoints = sizes
-    phases = {
-        **{k: v for k, v in phases.items() if k == "setup"},
-        "worker_start": slowest.worker_start_s,
-        "featurize": slowest.featurize_s,
-        **{k: v for k, v in phases.items() if k != "setup"},
-    }
+    phases = {**phases, "worker_start": slowest.worker_start_s, "featurize": slowest.featurize_s}
+    order = ("setup", "worker_start", "featurize", "reduce", "score", "total")  # as they ran
+    phases = {k: phases[k] for k in order if k in phases}
     return JobResult(
         store=cfg.store.path,
         exp=cfg.scoring.exp_name,

@@ -5,6 +5,9 @@ for every executor; ``hand_over`` / ``adopt`` carry prepared scorings to another
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +76,7 @@ class Scorer:
         self.device = torch.device(device)
         self._jobs: list[ScoreJob] = []
         self._started = 0.0
+        self.name = f"{socket.gethostname()}:{os.getpid()}"  # BlockResult.worker
 
     def prepare_scores(self, requests: Sequence[ScoreRequest]) -> list[BlockTask]:
         """Y, the plan and the unfinished score set of each request; returns the blocks they
@@ -84,7 +88,14 @@ class Scorer:
         return [t for job in self._jobs for t in job.pending]
 
     def run_block(self, task: BlockTask) -> BlockResult:
-        return score_block(self.store, task, self.device)
+        """Compute and commit a block of any scoring of the store, wherever it was prepared:
+        here, or on a Ray score actor or a SLURM score task (which wrap this class)."""
+        return dataclasses.replace(score_block(self.store, task, self.device), worker=self.name)
+
+    def committed(self, task: BlockTask) -> bool:
+        """Whether the block has its commit flag (e.g. run before SLURM requeued its task)."""
+        done = self.store.unfinished_scores(task.group).parts.done
+        return bool(done[task.row_range, task.super_block])
 
     def run_blocks(self, tasks: list[BlockTask], progress: bool = False) -> list[BlockResult]:
         """Every block here, in order (the in-process executor, TRAKer, ``compute_scores``)."""

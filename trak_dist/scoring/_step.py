@@ -63,11 +63,9 @@ def compute_scores(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> ScoreSet:
-    """Score every target of ``scoring.exp_name`` against every train example in this process,
-    averaged over ``model_ids`` (``lambda_reg`` a number, ``"auto"``, or ``"best"``: the λ
-    ``trak-dist eval`` recorded), with the settings ``scoring`` (its memory budget, what is
-    written). The completed set replaces the variant's previous scores only once complete; a
-    run killed midway is resumed by the next (same plan)."""
+    """The score step in this process: every target of ``scoring.exp_name`` against every
+    train row, averaged over ``model_ids``, with the settings ``scoring`` whole (``lambda_reg``
+    a number, ``"auto"``, or ``"best"``: the λ ``trak-dist eval`` recorded)."""
     scorer = Scorer(store, device)
     request = ScoreRequest(scoring, tuple(model_ids), proj_dim, lambda_reg)
     (result,) = score_step(scorer, [request], lambda tasks: scorer.run_blocks(tasks, progress))

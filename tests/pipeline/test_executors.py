@@ -25,8 +25,8 @@ from tests.fixtures.pipeline import (
     stored_features,
 )
 from trak_dist.errors import StoreStateError
-from trak_dist.pipeline import BlockScorer, JobResult, Reducer, Worker, prepare
-from trak_dist.scoring import ScoreRequest, ScoreResult
+from trak_dist.pipeline import JobResult, Reducer, Worker, prepare
+from trak_dist.scoring import Scorer, ScoreRequest, ScoreResult
 from trak_dist.store import FeatureStore, variant_name
 
 N_TRAIN, N_TARGETS = 1500, 297
@@ -140,9 +140,9 @@ def test_a_scoring_handed_over_gives_the_bits_of_one_process_and_resumes(
     blocks = first.prepare_scores(requests)
     handed = first.hand_over()
     assert len(blocks) == 6 and handed[0].pending == tuple(blocks)  # 1500 rows in 256s
-    scorer = BlockScorer(cfg.store.path)
+    scorer = Scorer(cfg.store.path)
     for t in share(blocks, 1, 3):  # then the launch stops
-        scorer.run(t)
+        scorer.run_block(t)
     assert all(scorer.committed(t) for t in share(blocks, 1, 3))
     merger = Reducer(cfg.store.path)
     with pytest.raises(StoreStateError, match=r"4 of 6 score blocks .* not committed"):
@@ -151,7 +151,7 @@ def test_a_scoring_handed_over_gives_the_bits_of_one_process_and_resumes(
     again = second.prepare_scores(requests)  # the set was kept: only the others are pending
     assert again == share(blocks, 0, 3) + share(blocks, 2, 3)
     handed = second.hand_over()
-    results = [scorer.run(t) for t in reversed(again)]
+    results = [scorer.run_block(t) for t in reversed(again)]
     merger.adopt(handed)
     (result,) = merger.finish_scores(requests, results)
     assert (result.blocks, result.blocks_computed, result.blocks_reused) == (6, 4, 2)
