@@ -2,7 +2,7 @@
 hashed, two runs compared array by array.
 
     python -m benchmarks.bitwise run OUT [--inputs DIR] [--jobs default,slurm,hf,traker]
-    python -m benchmarks.bitwise compare REF OUT
+    python -m benchmarks.bitwise compare REF OUT [--pair default=inprocess]
 
 ``run`` runs each job into ``OUT/<job>.zarr`` and writes ``OUT/digests.json`` (sha256 of every
 Zarr array's values); ``compare`` prints one row per job and exits 1 when a shared array
@@ -124,20 +124,22 @@ def run(out: Path, inputs: Path, jobs: list[str]) -> None:
         digest_file.write_text(json.dumps(found, indent=1, sort_keys=True))
 
 
-def compare(ref: Path, out: Path) -> int:
+def compare(ref: Path, out: Path, pairs: list[str]) -> int:
     a = json.loads((ref / "digests.json").read_text())
     b = json.loads((out / "digests.json").read_text())
     bad = 0
     print("| job | arrays | equal | differ | only in one | seconds (ref → out) |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for job in sorted(set(a) & set(b)):
-        x, y = a[job]["arrays"], b[job]["arrays"]
+    jobs = [(j, j) for j in sorted(set(a) & set(b))] + [tuple(p.split("=")) for p in pairs]
+    for ref_job, job in jobs:
+        x, y = a[ref_job]["arrays"], b[job]["arrays"]
         shared = sorted(set(x) & set(y))
         differ = [k for k in shared if x[k] != y[k]]
         only = sorted(set(x) ^ set(y))
         bad += len(differ)
-        secs = f"{a[job]['seconds']} → {b[job]['seconds']}"
-        print(f"| {job} | {len(shared)} | {len(shared) - len(differ)} | {len(differ)} | "
+        secs = f"{a[ref_job]['seconds']} → {b[job]['seconds']}"
+        name = job if ref_job == job else f"{ref_job} → {job}"
+        print(f"| {name} | {len(shared)} | {len(shared) - len(differ)} | {len(differ)} | "
               f"{len(only)} | {secs} |")  # fmt: skip
         for k in differ + only:
             print(f"    {'differs' if k in differ else 'only in one'}: {k}")
@@ -154,6 +156,9 @@ def main() -> None:
     c = sub.add_parser("compare")
     c.add_argument("ref", type=Path)
     c.add_argument("out", type=Path)
+    c.add_argument(
+        "--pair", action="append", default=[], help="REFJOB=OUTJOB, e.g. default=inprocess"
+    )
     args = parser.parse_args()
     if args.cmd == "run":
         out = args.out.resolve()
@@ -163,7 +168,7 @@ def main() -> None:
             parser.error(f"unknown jobs {unknown}; known: {JOBS}")
         run(out, (args.inputs or out.parent / "inputs").resolve(), jobs)
     else:
-        raise SystemExit(compare(args.ref, args.out))
+        raise SystemExit(compare(args.ref, args.out, args.pair))
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ class PeakRss:
                     continue
                 if rss > self.peak.get(proc.pid, 0):
                     self.peak[proc.pid] = rss
-                for key in ("BlockScorer", "Reducer", "Worker", "raylet", "gcs_server"):
+                for key in ("Scorer", "Reducer", "Worker", "raylet", "gcs_server"):
                     if key in title:
                         self.kind[proc.pid] = key
                         break

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from benchmarks._table import table
-from trak_dist.scoring._topk import merge_block as _merge_topk
+from trak_dist.scoring._topk import block_topk, merge
 from trak_dist.serve import AttributionIndex
 
 
@@ -35,8 +35,8 @@ def previous_topk(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, k: int) -> 
     best = worst = None
     for r0 in range(0, x.shape[0], 65536):
         block = (x[r0 : r0 + 65536] @ y.T) * w[r0 : r0 + 65536, None]
-        best = _merge_topk(best, block, r0, k)
-        worst = _merge_topk(worst, -block, r0, k)
+        best = merge(best, block_topk(block, r0, k), k)
+        worst = merge(worst, block_topk(-block, r0, k), k)
 
 
 def numpy_topk(x: np.ndarray, w: np.ndarray, y: np.ndarray, k: int) -> None:

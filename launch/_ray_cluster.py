@@ -17,6 +17,7 @@ from typing import Any
 import submitit
 
 from trak_dist.config import JobConfig
+from trak_dist.pipeline import JobResult
 
 DONE = "driver_done"
 Drive = Callable[[JobConfig, Path], dict[str, Any]]
@@ -119,10 +120,16 @@ def run_and_report(cfg: JobConfig, report_dir: Path) -> dict[str, Any]:
     """The driver of ``trak-dist-slurm ray``: the job on the allocation's Ray, then its report."""
     from trak_dist.distributed import run_job
     from trak_dist.pipeline import resolve_inputs
-    from trak_dist.report import summarize, write
 
     cfg = resolve_inputs(cfg)
-    result = run_job(cfg)
+    return report(cfg, run_job(cfg), report_dir)
+
+
+def report(cfg: JobConfig, result: JobResult, report_dir: Path) -> dict[str, Any]:
+    """The run report of ``result`` in ``report_dir``; returns its summary
+    (``summary["report"]``: its Markdown file)."""
+    from trak_dist.report import summarize, write
+
     summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
     report_dir.mkdir(parents=True, exist_ok=True)
     md, _ = write(summary, report_dir / (cfg.report or "trak_report"))

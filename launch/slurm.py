@@ -25,13 +25,11 @@ from trak_dist import failures
 from trak_dist._compose import compose_job
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, WorkerFailedError
-from trak_dist.pipeline import Prepared, prepare, resolve_inputs
-from trak_dist.scoring import ScorePlan
-from trak_dist.store import store_lock
+from trak_dist.pipeline import resolve_inputs, run_pipeline
 
 # relative: this package is `launch` in a checkout and `trak_dist.launch` once installed
-from ._array import ScoreRunner, ShardRunner, merge_and_report, reduce_and_prepare, split
-from ._ray_cluster import Drive, RayClusterJob, evaluate_and_report
+from ._executor import SlurmExecutor
+from ._ray_cluster import Drive, RayClusterJob, evaluate_and_report, report
 
 
 def executor(
@@ -82,35 +80,14 @@ def submit_ray(
 
 @dataclass(frozen=True)
 class ArrayJobs:
-    """The jobs of one array launch, in the order they run: shard tasks, the reduce job
-    (``StagedScoring``), score tasks (their ``BlockResult`` lists), the merge job (the
-    report's summary)."""
+    """The jobs of one array launch, in the order they run: shard tasks (``FeaturizeReport``
+    each), the reduce job, score tasks (their ``BlockResult`` lists), the merge job (the
+    report's summary). The serial jobs return the chain's state (``launch._executor``)."""
 
     shards: list[submitit.Job[Any]]
     reduce: submitit.Job[Any]
     scores: list[submitit.Job[Any]]
     merge: submitit.Job[Any]
-
-
-def _after(ex: submitit.Executor, jobs: list[submitit.Job[Any]], local: bool) -> None:
-    """Make the next submission wait for ``jobs`` to succeed."""
-    if local:
-        for j in jobs:  # the local executor has no dependencies: wait here instead
-            j.result()
-        return
-    ids = sorted({j.job_id.split("_")[0] for j in jobs})  # an array's tasks share its id
-    # kill-on-invalid-dep: a cancelled or failed task cancels what waits for it, which would
-    # otherwise stay pending for ever (and `--wait` with it)
-    extra = {"dependency": "afterok:" + ":".join(ids), "kill_on_invalid_dep": "yes"} if ids else {}
-    ex.update_parameters(slurm_additional_parameters=extra)
-
-
-def score_blocks(cfg: JobConfig, prep: Prepared) -> int:
-    """How many score blocks the job's scoring has (its plan; the sizes only)."""
-    spec, m = prep.store.spec, prep.store.num_targets(cfg.scoring.exp_name)
-    c = len(prep.checkpoints)
-    plan = ScorePlan.of(spec.train_size, m, prep.proj_dim, c, cfg.scoring, spec.chunk_rows)
-    return len(plan.row_ranges) * len(plan.super_blocks)
 
 
 def submit_array(
@@ -125,13 +102,8 @@ def submit_array(
     local: bool = False,
     score_tasks: int | None = None,
 ) -> ArrayJobs:
-    """The array of shard runners, the dependent reduce job, the array of ``score_tasks``
-    score runners (default ``tasks``; at most one per block) and the merge job."""
-    cfg = resolve_inputs(cfg)  # idempotent; the tasks get absolute paths and model=hf resolved
-    with store_lock(cfg.store.path):  # every array is created here, once, before any task runs
-        prep = prepare(cfg)
-    groups = split(prep.train_tasks + prep.target_tasks, tasks)
-    shares = max(1, min(score_tasks or tasks, score_blocks(cfg, prep)))
+    """``run_pipeline`` on the SLURM executor (``tasks`` shard tasks, ``score_tasks`` score
+    tasks, default ``tasks``, at most one per block), its merge job also writing the report."""
     ex = executor(
         folder,
         local,
@@ -141,16 +113,10 @@ def submit_array(
         cpus_per_task=cpus_per_task,
         gpus_per_node=gpus_per_task,
     )
-    shards = ex.map_array(ShardRunner(cfg, prep.checkpoints, prep.width), groups) if groups else []
-    _after(ex, shards, local)
-    reduce = ex.submit(reduce_and_prepare, cfg, prep.proj_dim, len(prep.checkpoints))
-    _after(ex, [reduce], local)
-    staged = reduce.paths.result_pickle
-    scores = ex.map_array(ScoreRunner(cfg, staged), list(range(shares)), [shares] * shares)
-    _after(ex, scores, local)
-    results = [j.paths.result_pickle for j in scores]
-    merge = ex.submit(merge_and_report, cfg, staged, results, folder / "report")
-    return ArrayJobs(shards, reduce, scores, merge)
+    slurm = SlurmExecutor(ex, local, tasks, score_tasks or tasks)
+    result = run_pipeline(cfg, slurm)  # plans here; the stages after it are the jobs
+    merge = slurm.then(report, slurm.cfg, result, folder / "report")
+    return ArrayJobs(slurm.shards, slurm.serial[0], slurm.scores, merge)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

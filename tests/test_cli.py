@@ -7,19 +7,27 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import numpy as np
 import pytest
+import zarr
 
 from trak_dist.cli import sweep_width
 from trak_dist.store._spec import FORMAT_VERSION
 
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
+# the CLI in a process where importing Ray fails (the GPU check machine has no Ray at all)
+NO_RAY = [
+    sys.executable,
+    "-c",
+    "import sys; sys.modules['ray'] = None\nfrom trak_dist.cli import main; main()",
+]
 
 
-def trak_dist(args, cwd, timeout=300):
+def trak_dist(args, cwd, timeout=300, cli=CLI):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(TRAK_DIST_CACHE=str(Path(cwd) / "cache"), RAY_USAGE_STATS_ENABLED="0")
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+        [*cli, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
     )
 
 
@@ -27,7 +35,7 @@ def test_help_lists_the_config_groups(tmp_path):
     out = trak_dist(["--help"], tmp_path)
     assert out.returncode == 0
     for line in (
-        "cluster: local, ray, slurm",
+        "cluster: inprocess, local, ray, slurm",
         "projection: identity, kronecker, normal, rademacher",
         "task: causal_lm, image_classification, text_classification",
         "data: custom, digits, text",
@@ -100,6 +108,28 @@ def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
     # a digit's own image is its strongest proponent far more often than chance
     variant = report["variants"][0]
     assert variant["proponent_label_agreement"] > 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_cluster_inprocess_runs_without_ray_and_gives_the_ray_job_s_bits(
+    tmp_path, digits_checkpoints
+):
+    """``cluster=inprocess`` runs every stage in the CLI's process, Ray unimportable there, and
+    writes the S and top-k of the same job on a local Ray, bit for bit."""
+    ckpts = ",".join(str(c) for c in digits_checkpoints)
+    common = ["progress=false", "report=null", f"model.checkpoints=[{ckpts}]", "proj_dim=128"]
+    on_ray = trak_dist(["hydra.run.dir=r1", "store.path=ray.zarr", *common], tmp_path)
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    here = ["hydra.run.dir=r2", "store.path=here.zarr", "cluster=inprocess", *common]
+    out = trak_dist(here, tmp_path, cli=NO_RAY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    blocked = trak_dist(["hydra.run.dir=r3", "store.path=ray.zarr", *common], tmp_path, cli=NO_RAY)
+    assert blocked.returncode != 0  # the check itself: this process cannot import Ray
+    for name in ("S", "proponents_idx", "proponents_val", "opponents_idx", "opponents_val"):
+        node = f"scores/targets/p128_lambdaauto/{name}"
+        ours = zarr.open_array(str(tmp_path / "here.zarr" / node), mode="r")[:]
+        np.testing.assert_array_equal(ours, zarr.open_array(str(tmp_path / "ray.zarr" / node))[:])
 
 
 def test_store_subcommand_on_a_path_that_is_no_store(tmp_path):

@@ -1,7 +1,11 @@
-"""Expected failures as one line: OSErrors, corrupt files, Ray's wrappers, Ctrl-C."""
+"""Expected failures as one line: OSErrors, corrupt files, Ray's wrappers, Ctrl-C, a missing
+optional extra."""
 
 import errno
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +89,66 @@ def test_reported_exit_codes(capsys, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device", "/full")
     err = capsys.readouterr().err
     assert "Traceback" in err and err.splitlines()[-1].startswith("prog: error: No space left")
+
+
+def cli_without(module: str, args: list[str], cwd) -> subprocess.CompletedProcess:
+    """``trak-dist args`` in a process where importing ``module`` fails, as it does where the
+    extra that provides it is not installed."""
+    code = f"import sys; sys.modules[{module!r}] = None\nfrom trak_dist.cli import main; main()"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, env=env,
+        timeout=600,
+    )  # fmt: skip
+
+
+def test_every_extra_s_modules_are_named():
+    """The table behind the line: every module an extra's requirements name (pyproject)."""
+    from importlib.metadata import requires
+
+    from trak_dist.failures import EXTRAS
+
+    for req in requires("trak_dist") or []:
+        name, _, marker = req.partition(";")
+        extra = marker.split("extra ==")[-1].strip().strip("'\"") if "extra ==" in marker else ""
+        if extra in ("hf", "plot", "ann", "s3"):
+            module = {"faiss-cpu": "faiss"}.get(name.split(">")[0].split("=")[0].strip())
+            module = module or name.split(">")[0].split("=")[0].strip()
+            assert EXTRAS.get(module) == extra, (module, extra)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["transformers", "datasets"])
+def test_the_llm_command_without_the_hf_extra_is_one_line(module, tmp_path):
+    """The README's "Attribute your LLM" command where ``pip install .`` left the hf extra out:
+    one ``trak-dist: error:`` line naming the install, exit 2, no traceback."""
+    from tests.fixtures import llm_models
+    from tests.hf.test_llm_cli import SMALL, readme_commands
+
+    llm_models.checkpoints(tmp_path, "gpt2", num=3, steps=1)
+    attribute, _ = readme_commands()
+    out = cli_without(module, [*attribute, *SMALL, "cluster=inprocess"], tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"trak-dist: error: {module} is not installed")
+    assert "pip install 'trak_dist[hf]'" in line
+
+
+def test_serve_ann_without_the_ann_extra_is_one_line(tmp_path):
+    out = cli_without("faiss", ["serve", "serve.ann=Flat"], tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("trak-dist serve: error: serve.ann needs faiss")
+    assert "pip install 'trak_dist[ann]'" in line
+
+
+@pytest.mark.slow
+def test_the_report_without_the_plot_extra_says_which_to_install(tmp_path, digits_checkpoints):
+    """The picture is the one thing the plot extra adds to a run: without it the job still
+    runs, and its report says what to install instead of drawing it."""
+    args = ["cluster=inprocess", "progress=false", "hydra.run.dir=run", "proj_dim=32",
+            f"model.checkpoints=[{digits_checkpoints[0]}]"]  # fmt: skip
+    out = cli_without("matplotlib", args, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = (tmp_path / "run" / "trak_report.md").read_text()
+    assert "matplotlib is not installed (pip install 'trak_dist[plot]')" in report

@@ -135,9 +135,7 @@ def run(
     if unknown:
         raise TypeError(f"run() got unknown sections {unknown}; known: {sorted(known)}.")
     cfg = dataclasses.replace(base, **sections)
-    from trak_dist.distributed import run_job  # imports Ray: only when running
-
-    result = run_job(cfg)
+    result = run_config(cfg)
     return Attribution(
         cfg.store.path,
         cfg.scoring.exp_name,
@@ -145,3 +143,16 @@ def run(
         result,
         dict(cfg.store.options),
     )
+
+
+def run_config(cfg: JobConfig, keep_alive: bool = False) -> JobResult:
+    """Run the job ``cfg`` on the executor ``cluster.kind`` names: ``inprocess`` here, without
+    Ray; ``local``, ``ray`` or ``slurm`` on Ray (``keep_alive``: keep Ray for the next job of a
+    sweep). The one place the CLI and ``trak_dist.run`` choose an executor."""
+    if cfg.cluster.kind == "inprocess":
+        from trak_dist.pipeline import InProcessExecutor, run_pipeline
+
+        return run_pipeline(cfg, InProcessExecutor())
+    from trak_dist.distributed import run_job  # imports Ray: only when running
+
+    return run_job(cfg, keep_alive=keep_alive)

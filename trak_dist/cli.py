@@ -61,7 +61,7 @@ def sweep_width(argv: list[str]) -> list[str]:
 
 
 def _run(cfg: DictConfig) -> dict[str, Any]:
-    from trak_dist.distributed import run_job
+    from trak_dist.api import run_config
     from trak_dist.pipeline import resolve_inputs
     from trak_dist.report import summarize, to_markdown, write
 
@@ -70,7 +70,7 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     job = OmegaConf.to_object(cfg)
     assert isinstance(job, JobConfig)  # the schema is JobConfig
     job = resolve_inputs(job)  # the report reads the same datasets as the workers
-    result = run_job(job, keep_alive=multirun)
+    result = run_config(job, keep_alive=multirun)
     stem = Path(hc.runtime.output_dir) / job.report if job.report else None
     figure = None if stem is None else stem.with_suffix(".png")
     summary = summarize(result, job.data.train, job.data.targets, job.data.kwargs, figure)
@@ -188,7 +188,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        logger.info("matplotlib is not installed; skipping the sweep plot")
+        logger.info("matplotlib is not installed (pip install 'trak_dist[plot]'); no sweep plot")
         return
 
     def x_of(r: dict[str, Any]) -> float:

@@ -24,7 +24,7 @@ from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a J
 from trak_dist.scoring import parse_lambda
 from trak_dist.store import CODECS, check_store_options
 
-CLUSTER_KINDS = ("local", "ray", "slurm")
+CLUSTER_KINDS = ("local", "inprocess", "ray", "slurm")
 HF_DTYPES = ("float32", "bfloat16", "float16")
 HF_FACTORY = "trak_dist.hf:from_checkpoints"
 DATA_FORMATS = ("custom", "text")
@@ -210,7 +210,9 @@ class ClusterConfig:
     """Where workers run.
 
     Attributes:
-        kind: ``local`` (Ray started in-process), ``ray`` (connect to ``address``, default the
+        kind: ``local`` (Ray started in-process), ``inprocess`` (no Ray: every stage in this
+            process, for small jobs and debugging; ``trak-dist eval`` and ``serve`` start a
+            local Ray), ``ray`` (connect to ``address``, default the
             ``RAY_ADDRESS`` of ``ray job submit``), ``slurm`` (inside an allocation set up by
             ``launch/``; connects like ``ray``).
         num_workers: worker actors; None: as many as the cluster fits (one per GPU, or its

@@ -23,6 +23,34 @@ _NOISE = ("Weights only load failed", "Please file an issue", "Check the documen
 _LAST_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\w*): (.+)$")
 
 
+# the optional extras (pyproject's [project.optional-dependencies]) by the modules they bring:
+# a feature whose extra is missing stops with one line naming the install, wherever the import
+# happens (lazily, in a worker, in a Ray task). A new extra adds its modules here.
+EXTRAS = {
+    "transformers": "hf",
+    "tokenizers": "hf",
+    "datasets": "hf",
+    "peft": "hf",
+    "matplotlib": "plot",
+    "faiss": "ann",
+    "obstore": "s3",  # gs:// and az:// URLs too (the gcs extra is the same package)
+}
+
+
+def missing_extra(error: BaseException) -> str | None:
+    """The line for an import of a module an extra provides that failed, else None."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return None
+    module = error.name.split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (
+        f"{module} is not installed; this needs trak_dist's {extra!r} extra: run "
+        f"`pip install 'trak_dist[{extra}]'` (in a clone: `pip install '.[{extra}]'`), then rerun."
+    )
+
+
 def unwrap(e: BaseException) -> BaseException:
     """The exception a Ray ``RayTaskError`` carries (through nested actor calls), else ``e``."""
     rex = sys.modules.get("ray.exceptions")
@@ -82,6 +110,9 @@ def describe(e: BaseException) -> str | None:
     e = unwrap(e)
     if isinstance(e, TrakDistError):
         return _one_line(str(e))
+    extra = missing_extra(e)  # a feature whose optional dependencies are not installed
+    if extra is not None:
+        return extra
     hydra_errors = sys.modules.get("hydra.errors")
     if hydra_errors is not None and isinstance(e, hydra_errors.HydraException):
         # a bad override or config group: Hydra's own message (its cause says which value)

@@ -248,9 +248,8 @@ class TRAKer:
                     "train examples",
                     self._fingerprints.get(rows.group.path),
                 )
-                # the pipeline's reduce and factorise steps, in this process
-                self.reducer.reduce_stored(model_id)
-                self.reducer.factorize([model_id], [self.proj_dim])
+                # the pipeline's reduce stage, in this process
+                self.reducer.reduce([model_id], [self.proj_dim])
         if self._train is not None:
             self._train.cursor = 0  # as traker
 

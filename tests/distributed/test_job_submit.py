@@ -78,7 +78,7 @@ def test_python_m_trak_dist_runs_the_cli(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "== Config groups ==" in out.stdout and "cluster: local, ray" in out.stdout
+    assert "== Config groups ==" in out.stdout and "cluster: inprocess, local, ray" in out.stdout
 
 
 def test_ray_job_submit_with_the_working_dir(tmp_path, monkeypatch, digits_checkpoints):

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from launch._executor import pending, share
 from launch._ray_cluster import evaluate_and_report
 from launch.slurm import submit_array, submit_ray
 from tests.fixtures import llm_models
@@ -139,7 +140,8 @@ def test_a_cancelled_score_task_is_all_a_rerun_computes(slurm, tmp_path, featuri
         time.sleep(1)
     assert first.merge.state.startswith("CANCELLED")
     assert FeatureStore.open(cfg.store.path).score_set("targets", variant_name(P, LAMBDA)) is None
-    cancelled = {(t.row_range, t.super_block) for t in first.reduce.result().share(1, 3)}
+    blocks = pending(first.reduce.result()["prepare"])
+    cancelled = {(t.row_range, t.super_block) for t in share(blocks, 1, 3)}
     assert len(cancelled) == 2
 
     again = submit_array(cfg, tmp_path / "jobs", partition=slurm, timeout_min=10, score_tasks=3)

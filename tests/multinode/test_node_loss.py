@@ -71,7 +71,7 @@ def test_worker_nodes_lost_while_featurising_and_while_scoring(cluster, s3_clien
     job = c.submit([*FAULTS, f"store.path={store}"], tmp_path / "job.log")
     wait_for("a shard running on node 3", lambda: c.busy(3, "Worker.run"), job=job)
     c.kill(3, "raylet")
-    wait_for("a score block on node 2", lambda: c.busy(2, "BlockScorer.run"), job=job)
+    wait_for("a score block on node 2", lambda: c.busy(2, "Scorer.run_block"), job=job)
     c.kill(2, "raylet")
     out = job.wait()  # the next test that needs them restarts nodes 2 and 3 (heal)
     assert job.proc.returncode == 0, out[-5000:]

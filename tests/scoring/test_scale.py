@@ -163,17 +163,17 @@ def test_a_killed_scoring_resumes_from_its_committed_blocks(store_path):
     s_clean = store.score_set("t", clean.variant).scores()
     top_clean = store.score_set("t", clean.variant).read_topk()
     first = Reducer(FeatureStore.open(store_path))
-    tasks = first.prepare_scores(req)
+    tasks = first.prepare_scores([req])
     assert len(tasks) == clean.blocks == 5
     for task in tasks[:2]:
         first.run_block(task)
     del first
     again = Reducer(FeatureStore.open(store_path))
-    left = again.prepare_scores(req)
+    left = again.prepare_scores([req])
     assert [(t.row_range, t.super_block) for t in left] == [
         (t.row_range, t.super_block) for t in tasks[2:]
     ]
-    result = again.finish_scores(req, [again.run_block(t) for t in left])
+    (result,) = again.finish_scores([req], [again.run_block(t) for t in left])
     assert (result.blocks_reused, result.blocks_computed) == (2, 3)
     sset = FeatureStore.open(store_path).score_set("t", result.variant)
     np.testing.assert_array_equal(sset.scores(), s_clean)
@@ -189,7 +189,7 @@ def test_a_second_scoring_of_the_variant_fails_at_once_while_one_runs(store_path
     store, _ = mid_store(store_path)
     req = request(write_scores="full", block_rows=256)
     first = Reducer(store)
-    tasks = first.prepare_scores(req)
+    tasks = first.prepare_scores([req])
     second = [
         sys.executable,
         "-c",
@@ -198,7 +198,7 @@ def test_a_second_scoring_of_the_variant_fails_at_once_while_one_runs(store_path
         "from trak_dist.pipeline import Reducer\n"
         "from trak_dist.scoring import ScoreRequest, ScoringConfig\n"
         "try:\n"
-        f"    Reducer({str(store_path)!r}).prepare_scores({req!r})\n"
+        f"    Reducer({str(store_path)!r}).prepare_scores([{req!r}])\n"
         "except StoreStateError as e:\n"
         "    sys.exit(str(e))\n",
     ]
@@ -207,8 +207,8 @@ def test_a_second_scoring_of_the_variant_fails_at_once_while_one_runs(store_path
     assert "another process is scoring 'p24_lambda0.1' of 't'" in out.stderr
     assert f"{store_path}.scoring-t-p24_lambda0.1.lock" in out.stderr
     with pytest.raises(StoreStateError, match="another process is scoring"):
-        Reducer(FeatureStore.open(store_path)).prepare_scores(req)  # this process, too
-    first.finish_scores(req, [first.run_block(t) for t in tasks])
+        Reducer(FeatureStore.open(store_path)).prepare_scores([req])  # this process, too
+    first.finish_scores([req], [first.run_block(t) for t in tasks])
     out = subprocess.run(second, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
 

@@ -1,27 +1,14 @@
 """The Ray executor of the pipeline: worker and reducer actors, the driver loop, its retry
-policy and Ctrl-C handling, and the eval driver. Plain classes re-exported from
-``trak_dist.pipeline``. Importing this package does not import Ray: the driver and the eval
-driver load on first use of their names."""
+policy and Ctrl-C handling, and the eval driver. Importing this package does not import Ray:
+the driver and the eval driver load on first use of their names."""
 
 from typing import TYPE_CHECKING
-
-from trak_dist.pipeline import JobResult, Reducer, ShardResult, ShardTask, Worker
 
 if TYPE_CHECKING:
     from trak_dist.distributed.driver import RayExecutor, run_job
     from trak_dist.distributed.eval_driver import EvalRun, run_eval
 
-__all__ = [
-    "EvalRun",
-    "JobResult",
-    "RayExecutor",
-    "Reducer",
-    "ShardResult",
-    "ShardTask",
-    "Worker",
-    "run_eval",
-    "run_job",
-]
+__all__ = ["EvalRun", "RayExecutor", "run_eval", "run_job"]
 _LAZY = {"run_job": "driver", "RayExecutor": "driver", "run_eval": "eval_driver"}
 _LAZY["EvalRun"] = "eval_driver"
 

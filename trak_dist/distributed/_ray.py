@@ -16,13 +16,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.errors import ConfigError
-from trak_dist.pipeline import BlockScorer, Reducer, Worker, reducer_device
+from trak_dist.pipeline import Reducer, Worker, reducer_device
+from trak_dist.scoring import Scorer
 
 logger = logging.getLogger(__name__)
 
 RemoteWorker = ray.remote(Worker)
 RemoteReducer = ray.remote(Reducer)
-RemoteScorer = ray.remote(BlockScorer)
+RemoteScorer = ray.remote(Scorer)
 
 
 # Ray 2.60 has no single "loopback only" switch for ray.init; together these are one
@@ -83,7 +84,7 @@ def connect(cluster: ClusterConfig) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if cluster.kind == "local" and not cluster.address:
+    if cluster.kind in ("local", "inprocess") and not cluster.address:
         # address="local": a fresh instance even when a `ray start` cluster (or a stale record
         # of one in /tmp/ray) exists on this machine; bare ray.init() would try to join it
         with _loopback():

@@ -56,7 +56,7 @@ def run_blocks(
         while pending or inflight:
             while pending and idle:
                 slot, task = idle.popleft(), pending.popleft()
-                inflight[actors[slot].run.remote(task)] = (task, slot)
+                inflight[actors[slot].run_block.remote(task)] = (task, slot)
             ready, _ = ray.wait([*inflight, *starting], num_returns=1, timeout=POLL_S)
             ctrl_c.check()
             if ready or inflight:

@@ -21,7 +21,7 @@ class DriverState:
     starting: dict[Any, int] = field(default_factory=dict)
     last_progress: float = field(default_factory=time.perf_counter)
     first_ready: float | None = None
-    finish_refs: list[Any] = field(default_factory=list)
+    partials: list[Any] = field(default_factory=list)
     rows_computed: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
     rows_reused: dict[str, int] = field(default_factory=lambda: {"train": 0, "target": 0})
     ctrl_c: CtrlC = field(default_factory=CtrlC)

@@ -29,10 +29,9 @@ from trak_dist.pipeline import (
     Prepared,
     ShardResult,
     ShardTask,
-    TrainShardsLeft,
     run_pipeline,
 )
-from trak_dist.scoring import BlockResult, BlockTask, ScoreRequest, ScoreResult, score_step
+from trak_dist.scoring import BlockResult, BlockTask, ScoreRequest, ScoreResult
 
 POLL_S = 1.0
 
@@ -92,7 +91,7 @@ class RayExecutor(Executor):
         state = self.state
         t1 = time.perf_counter()
         state.pending.extend(prep.train_tasks + prep.target_tasks)
-        self._loop(TrainShardsLeft(prep.train_tasks), on_shard)
+        self._loop(on_shard)
         ready = state.first_ready or t1
         return FeaturizeReport(
             state.rows_computed,
@@ -103,28 +102,29 @@ class RayExecutor(Executor):
             featurize_s=time.perf_counter() - ready,
         )
 
-    def factorize(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
-        self._get(self.state.finish_refs)
+    def reduce(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
+        self._get(self.state.partials)  # the last of a checkpoint writes its XᵀX
         result: dict[int, dict[int, float]] = self._get(
-            self.reducer.factorize.remote(model_ids, proj_dims)
+            self.reducer.reduce.remote(model_ids, proj_dims)
         )
         return result
 
-    def score(self, request: ScoreRequest) -> ScoreResult:
-        """The score step: the reducer actor prepares (Y, the plan, the blocks not yet
-        committed), worker actors run the blocks in parallel, the reducer merges and publishes."""
-        restarts = self.policy.restarts
-        result = score_step(self, request, self._run_blocks)
-        return dataclasses.replace(result, worker_restarts=self.policy.restarts - restarts)
+    # the score step: the reducer actor prepares (Y, the plan, the blocks not yet committed),
+    # worker actors run the blocks in parallel, the reducer merges and publishes
+    def scoring(self) -> RayExecutor:
+        return self
 
-    # the score step's side: the reducer actor's Scorer
-    def prepare_scores(self, request: ScoreRequest) -> list[BlockTask]:
-        tasks: list[BlockTask] = self._get(self.reducer.prepare_scores.remote(request))
+    def prepare_scores(self, requests: list[ScoreRequest]) -> list[BlockTask]:
+        self._restarts = self.policy.restarts
+        tasks: list[BlockTask] = self._get(self.reducer.prepare_scores.remote(requests))
         return tasks
 
-    def finish_scores(self, request: ScoreRequest, results: list[BlockResult]) -> ScoreResult:
-        result: ScoreResult = self._get(self.reducer.finish_scores.remote(request, results))
-        return result
+    def finish_scores(
+        self, requests: list[ScoreRequest], results: list[BlockResult]
+    ) -> list[ScoreResult]:
+        done: list[ScoreResult] = self._get(self.reducer.finish_scores.remote(requests, results))
+        restarts = self.policy.restarts - self._restarts
+        return [dataclasses.replace(r, worker_restarts=restarts) for r in done]
 
     def stop_scores(self, discard: bool = False) -> None:
         if discard:
@@ -132,7 +132,7 @@ class RayExecutor(Executor):
         else:  # e.g. Ctrl-C: not waited for (the session's end stops the actor anyway)
             self.reducer.stop_scores.remote(False)
 
-    def _run_blocks(self, tasks: list[BlockTask]) -> list[BlockResult]:
+    def run_blocks(self, tasks: list[BlockTask]) -> list[BlockResult]:
         return run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
 
     def _get(self, refs: Any) -> Any:
@@ -151,7 +151,7 @@ class RayExecutor(Executor):
                 raise cause from e
             raise
 
-    def _loop(self, left: TrainShardsLeft, on_shard: OnShard | None) -> None:
+    def _loop(self, on_shard: OnShard | None) -> None:
         cfg, state = self.cfg, self.state
         if not state.pending:
             return
@@ -190,10 +190,8 @@ class RayExecutor(Executor):
                     state.rows_reused[task.kind] += result.rows_reused
                     bars[task.kind].update(task.rows)
                     if task.kind == "train":
-                        self.reducer.add.remote(task.model_id, task.start, task.end, xtx_ref)
-                        if left.last(task):
-                            finish = self.reducer.finish_checkpoint.remote(task.model_id)
-                            state.finish_refs.append(finish)
+                        add = self.reducer.add.remote(task.model_id, task.start, task.end, xtx_ref)
+                        state.partials.append(add)
                     self._fill()  # keep workers busy before anything slower
                     if on_shard is not None:
                         on_shard(result)

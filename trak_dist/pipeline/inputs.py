@@ -1,14 +1,8 @@
-"""Resolve inputs: the first stage of every run, and the one place where a job's configuration
-(paths and names: data only) meets the file system. The driver resolves; workers get the
-result, so they never depend on the driver's working directory.
-
-- ``model=hf``: the Hugging Face factory, with the checkpoint (and base) directories absolute
-  (globs expanded).
-- ``data=text``: train and targets become ``TextSource`` datasets (tokenised on each worker).
-- ``store.path``: absolute (``absolute_store``).
-
-Fetching remote checkpoints or data into a local cache belongs here too: what comes out of
-``resolve_inputs`` is read from local paths."""
+"""Resolve inputs: the first stage of every run, the one place where a job's configuration
+(data only) meets the file system; workers get what the driver resolved. ``model=hf``: the
+Hugging Face factory with absolute checkpoint directories (globs expanded); ``data=text``:
+``TextSource`` datasets; ``store.path``: absolute. Fetching remote checkpoints or data into a
+local cache belongs here too: what comes out is read from local paths."""
 
 from __future__ import annotations
 
@@ -56,7 +50,7 @@ def absolute_store(cfg: JobConfig) -> JobConfig:
     if is_url(cfg.store.path):
         return cfg
     path = Path(local_path(cfg.store.path))  # file:///abs/store.zarr is a directory too
-    if not path.is_absolute() and cfg.cluster.kind != "local":
+    if not path.is_absolute() and cfg.cluster.kind not in ("local", "inprocess"):
         logger.warning(
             "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "
             "job submit`, the job's temporary directory). Give a shared absolute path.",

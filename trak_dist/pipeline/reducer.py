@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +41,8 @@ class Reducer(Scorer):
         self._covered: dict[int, list[tuple[int, int]]] = {}
 
     def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
-        """Add the partial XᵀX of train rows ``[start, end)``."""
+        """Add the partial XᵀX of train rows ``[start, end)``; the last one of a checkpoint
+        writes its XᵀX."""
         spans = self._covered.setdefault(model_id, [])
         if any(s < end and start < e for s, e in spans):
             raise TrakDistError(
@@ -53,27 +53,22 @@ class Reducer(Scorer):
         if model_id not in self._sums:
             self._sums[model_id] = np.array(xtx, dtype=np.float64)
             self._errors[model_id] = np.zeros_like(self._sums[model_id])
-            return
-        total = self._sums[model_id]
-        new = total + xtx
-        back = new - total
-        # TwoSum (Knuth): new + err == total + xtx exactly
-        self._errors[model_id] += (total - (new - back)) + (xtx - back)
-        self._sums[model_id] = new
+        else:
+            total = self._sums[model_id]
+            new = total + xtx
+            back = new - total
+            # TwoSum (Knuth): new + err == total + xtx exactly
+            self._errors[model_id] += (total - (new - back)) + (xtx - back)
+            self._sums[model_id] = new
+        if sum(e - s for s, e in spans) == self.store.spec.train_size:
+            self.store.write_xtx(model_id, self._sums.pop(model_id) + self._errors.pop(model_id))
 
-    def finish_checkpoint(self, model_id: int) -> float:
-        """Write XᵀX once every row is covered; returns the seconds it took."""
-        t0 = time.perf_counter()
-        n = self.store.spec.train_size
-        spans = sorted(self._covered.get(model_id, []))
-        covered = sum(e - s for s, e in spans)
-        if covered != n:
-            raise TrakDistError(
-                f"model_id={model_id}: partial XᵀX cover {covered} of {n} train rows; "
-                "every shard must be reduced once before finishing a checkpoint."
-            )
-        self.store.write_xtx(model_id, self._sums.pop(model_id) + self._errors.pop(model_id))
-        return time.perf_counter() - t0
+    def reduce(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
+        """The reduce stage: XᵀX of each checkpoint the partials did not finish, from its
+        committed rows (SLURM array tasks, TRAKer), then ``factorize``."""
+        for model_id in model_ids:
+            self.reduce_stored(model_id)
+        return self.factorize(model_ids, proj_dims)
 
     def factorize(self, model_ids: list[int], proj_dims: list[int]) -> dict[int, dict[int, float]]:
         """Eigendecompose XᵀX[:p, :p] of each checkpoint for each p (once: cached in the store);
@@ -88,9 +83,7 @@ class Reducer(Scorer):
         return conds
 
     def reduce_stored(self, model_id: int) -> None:
-        """Write XᵀX of ``model_id`` from its committed rows, unless the store has it: the
-        reduce step for features written without streaming partials (SLURM array tasks, the
-        TRAKer API)."""
+        """Write XᵀX of ``model_id`` from its committed rows, unless the store has it."""
         rows = self.store.train_rows(model_id)
         missing = int((~rows.done_chunks()).sum())
         if missing:
@@ -104,4 +97,5 @@ class Reducer(Scorer):
 
     def score(self, request: ScoreRequest) -> ScoreResult:
         """Score one variant into the store, every block here (``score_step``)."""
-        return score_step(self, request, self.run_blocks)
+        (result,) = score_step(self, [request], self.run_blocks)
+        return result

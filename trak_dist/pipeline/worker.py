@@ -75,9 +75,6 @@ class Worker:
         self._fingerprint: str | None = None
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
-    def pid(self) -> int:
-        return os.getpid()
-
     def _dataset(self, task: ShardTask) -> Any:
         key = task.kind
         if key not in self._datasets:

@@ -1,12 +1,15 @@
-"""``Scorer``: one scoring at a time of a store, in this process: ``prepare_scores`` (Y, the
-plan, the blocks still to run), the blocks (``run_blocks`` here, or anywhere), ``finish_scores``
-(merge, publish) or ``stop_scores``. ``score_step`` runs them in that order for every
-executor; ``hand_over`` / ``adopt`` carry a prepared scoring to another process (SLURM)."""
+"""``Scorer``: the scorings of a store, in this process: ``prepare_scores`` (Y, the plan, the
+blocks still to run, per variant), the blocks (``run_blocks`` here, or anywhere),
+``finish_scores`` (merge, publish) or ``stop_scores``. ``score_step`` runs them in that order
+for every executor; ``hand_over`` / ``adopt`` carry prepared scorings to another process."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,7 @@ from trak_dist.scoring._prepare import prepare_scoring
 from trak_dist.scoring._score_block import score_block
 from trak_dist.scoring._settings import ScoreRequest
 from trak_dist.scoring._topk import TopK
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureStore, ScoreSet
 
 # targets whose top-k proponents a score result carries back (the report reads no more)
 PREVIEW_TARGETS = 100
@@ -65,8 +68,9 @@ class ScoreResult:
 
 
 class Scorer:
-    """Scores variants of the store at ``store`` on ``device``, one at a time; holds what one
-    scoring needs (``scoring.memory``) and the variant's lease until it publishes or stops."""
+    """Scores variants of the store at ``store`` on ``device``: one batch of scorings at a time,
+    holding what a block needs (``scoring.memory``) and each variant's lease until it publishes
+    or stops."""
 
     def __init__(
         self,
@@ -79,64 +83,81 @@ class Scorer:
             store if isinstance(store, FeatureStore) else FeatureStore.open(store, options=options)
         )
         self.device = torch.device(device)
-        self._job: ScoreJob | None = None
+        self._jobs: list[ScoreJob] = []
         self._started = 0.0
+        self.name = f"{socket.gethostname()}:{os.getpid()}"  # BlockResult.worker
 
-    def prepare_scores(self, request: ScoreRequest) -> list[BlockTask]:
-        """Y, the plan and the unfinished score set of ``request``; returns the blocks it still
-        lacks (an earlier run's committed blocks are kept)."""
-        self.stop_scores()  # an earlier scoring stopped midway: its set stays for a rerun
+    def prepare_scores(self, requests: Sequence[ScoreRequest]) -> list[BlockTask]:
+        """Y, the plan and the unfinished score set of each request; returns the blocks they
+        still lack, variant by variant (an earlier run's committed blocks are kept)."""
+        self.stop_scores()  # an earlier scoring stopped midway: its sets stay for a rerun
         self._started = time.perf_counter()
-        self._job = prepare_scoring(self.store, request, self.device)
-        return list(self._job.pending)
+        for request in requests:
+            self._jobs.append(prepare_scoring(self.store, request, self.device))
+        return [t for job in self._jobs for t in job.pending]
 
     def run_block(self, task: BlockTask) -> BlockResult:
-        return score_block(self.store, task, self.device)
+        """Compute and commit a block of any scoring of the store, wherever it was prepared:
+        here, or on a Ray score actor or a SLURM score task (which wrap this class)."""
+        return dataclasses.replace(score_block(self.store, task, self.device), worker=self.name)
+
+    def committed(self, task: BlockTask) -> bool:
+        """Whether the block has its commit flag (e.g. run before SLURM requeued its task)."""
+        done = self.store.unfinished_scores(task.group).parts.done
+        return bool(done[task.row_range, task.super_block])
 
     def run_blocks(self, tasks: list[BlockTask], progress: bool = False) -> list[BlockResult]:
         """Every block here, in order (the in-process executor, TRAKer, ``compute_scores``)."""
         bar = tqdm(tasks, desc="score blocks", disable=not progress, unit="block")
         return [self.run_block(t) for t in bar]
 
-    def hand_over(self) -> ScoreJobRef:
-        """The prepared scoring as a handle another process finishes (``adopt``) after its
-        blocks ran elsewhere (SLURM's score tasks); this scorer is free for the next one."""
-        if self._job is None:
-            raise TrakDistError("hand_over before prepare_scores: a bug in the launcher.")
-        # the lease ends here: the processes that run the blocks and merge them cannot hold
-        # this one's file lock (docs/slurm.md: one launch of a variant at a time)
-        ref = self._job.ref()
+    def hand_over(self) -> list[ScoreJobRef]:
+        """The prepared scorings as handles another process finishes (``adopt``) after their
+        blocks ran elsewhere (SLURM's score tasks); this scorer is free for the next ones."""
+        # the leases end here: the processes that run the blocks and merge them cannot hold
+        # this one's file locks (docs/slurm.md: one launch of a variant at a time)
+        refs = [job.ref() for job in self._jobs]
         self.stop_scores()
-        return ref
+        return refs
 
-    def adopt(self, ref: ScoreJobRef) -> None:
-        """Take over a scoring another process prepared (``hand_over``): ``finish_scores``
-        next. Its blocks are counted as reused unless they were in its ``pending``.
+    def adopt(self, refs: Sequence[ScoreJobRef]) -> None:
+        """Take over scorings another process prepared (``hand_over``): ``finish_scores``
+        next. Their blocks are counted as reused unless they were in their ``pending``.
 
         Raises:
             StoreStateError: blocks are not committed (a score task did not run or finish);
-                the unfinished set is kept, so a rerun computes only those.
+                the unfinished sets are kept, so a rerun computes only those.
         """
-        job = ref.open(self.store)
-        missing = int((~job.sset.parts.done_mask()).sum())
-        if missing:
-            raise StoreStateError(
-                f"{missing} of {job.blocks} score blocks of {ref.path} are not committed: a "
-                "score task did not finish. Rerun the launch: committed blocks are kept."
-            )
-        self._job = job
+        self.stop_scores()
+        for ref in refs:
+            job = ref.open(self.store)
+            missing = int((~job.sset.parts.done_mask()).sum())
+            if missing:
+                raise StoreStateError(
+                    f"{missing} of {job.blocks} score blocks of {ref.path} are not committed: "
+                    "a score task did not finish. Rerun the launch: committed blocks are kept."
+                )
+            self._jobs.append(job)
         self._started = time.perf_counter()
 
-    def finish_scores(self, request: ScoreRequest, results: list[BlockResult]) -> ScoreResult:
-        """Merge the committed blocks, publish, and say what the scoring did (``results``: the
-        blocks this run computed, wherever they ran)."""
-        job = self._job
-        if job is None:
-            raise TrakDistError("finish_scores before prepare_scores: a bug in the executor.")
-        for result in results:
-            job.record(result)
-        sset = job.finish()
-        self._job = None
+    def finish_scores(
+        self, requests: Sequence[ScoreRequest], results: list[BlockResult]
+    ) -> list[ScoreResult]:
+        """Merge each scoring's committed blocks, publish, and say what it did (``results``:
+        the blocks this run computed, wherever they ran, any variant)."""
+        if len(self._jobs) != len(requests):
+            raise TrakDistError("finish_scores without its prepare_scores: a bug in the executor.")
+        out = []
+        for request in requests:
+            job = self._jobs[0]
+            for result in results:
+                if result.task.group == job.sset.group.path:
+                    job.record(result)
+            out.append(self._result(request, job, job.finish()))
+            self._jobs.pop(0)  # published: nothing left to stop
+        return out
+
+    def _result(self, request: ScoreRequest, job: ScoreJob, sset: ScoreSet) -> ScoreResult:
         plan = job.plan
         return ScoreResult(
             exp=request.exp,
@@ -160,8 +181,8 @@ class Scorer:
         )
 
     def stop_scores(self, discard: bool = False) -> None:
-        """End the scoring in progress, if any, giving its lease back; ``discard`` also removes
-        its unfinished set (``score_step``'s rule), else the set stays for a rerun to resume."""
-        job, self._job = self._job, None
-        if job is not None:
+        """End the scorings in progress, giving their leases back; ``discard`` also removes
+        their unfinished sets (``score_step``'s rule), else they stay for a rerun to resume."""
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
             job.discard() if discard else job.release()

@@ -5,13 +5,12 @@ finish (merge, publish), with one rule for what an error leaves behind (``discar
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
 from trak_dist.errors import TrakDistError, WorkerFailedError
 from trak_dist.scoring._lambda import AUTO, LambdaReg
-from trak_dist.scoring._plan import BlockResult, BlockTask
 from trak_dist.scoring._scorer import Scorer, ScoreResult
 from trak_dist.scoring._settings import ScoreRequest, ScoringConfig
 from trak_dist.store import FeatureStore, ScoreSet
@@ -21,9 +20,9 @@ class ScoringSide(Protocol):
     """Where a scoring's state lives: a ``Scorer`` here, or a handle on one in another process
     (the Ray executor's reducer actor)."""
 
-    def prepare_scores(self, request: ScoreRequest) -> list[BlockTask]: ...
+    def prepare_scores(self, requests: list[ScoreRequest]) -> Any: ...
 
-    def finish_scores(self, request: ScoreRequest, results: list[BlockResult]) -> ScoreResult: ...
+    def finish_scores(self, requests: list[ScoreRequest], results: Any) -> Any: ...
 
     def stop_scores(self, discard: bool = False) -> None: ...
 
@@ -40,14 +39,16 @@ def discards(error: BaseException) -> bool:
 
 def score_step(
     side: ScoringSide,
-    request: ScoreRequest,
-    run_blocks: Callable[[list[BlockTask]], list[BlockResult]],
-) -> ScoreResult:
-    """Prepare ``request`` on ``side``, run its pending blocks with ``run_blocks``, finish;
-    on an error, stop the scoring as ``discards`` says and raise it."""
-    tasks = side.prepare_scores(request)
+    requests: list[ScoreRequest],
+    run_blocks: Callable[[Any], Any],
+) -> list[ScoreResult]:
+    """Prepare ``requests`` on ``side``, run their pending blocks with ``run_blocks``, finish
+    (merge and publish each variant); on an error, stop the scorings as ``discards`` says and
+    raise it. (The SLURM executor's calls return what its jobs will compute.)"""
     try:
-        return side.finish_scores(request, run_blocks(tasks))
+        tasks = side.prepare_scores(requests)
+        results: list[ScoreResult] = side.finish_scores(requests, run_blocks(tasks))
+        return results
     except BaseException as e:
         side.stop_scores(discard=discards(e))
         raise
@@ -62,14 +63,12 @@ def compute_scores(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> ScoreSet:
-    """Score every target of ``scoring.exp_name`` against every train example in this process,
-    averaged over ``model_ids`` (``lambda_reg`` a number, ``"auto"``, or ``"best"``: the λ
-    ``trak-dist eval`` recorded), with the settings ``scoring`` (its memory budget, what is
-    written). The completed set replaces the variant's previous scores only once complete; a
-    run killed midway is resumed by the next (same plan)."""
+    """The score step in this process: every target of ``scoring.exp_name`` against every
+    train row, averaged over ``model_ids``, with the settings ``scoring`` whole (``lambda_reg``
+    a number, ``"auto"``, or ``"best"``: the λ ``trak-dist eval`` recorded)."""
     scorer = Scorer(store, device)
     request = ScoreRequest(scoring, tuple(model_ids), proj_dim, lambda_reg)
-    result = score_step(scorer, request, lambda tasks: scorer.run_blocks(tasks, progress))
+    (result,) = score_step(scorer, [request], lambda tasks: scorer.run_blocks(tasks, progress))
     sset = store.score_set(scoring.exp_name, result.variant)
     if sset is None:  # just published: only a concurrent overwrite removes it
         raise TrakDistError(f"the scores {result.path} vanished after publishing.")

@@ -157,8 +157,3 @@ def _merge_entries(
     out_vals, out_rows = best[0].clone(), best[1].clone()
     out_vals[:, hit], out_rows[:, hit] = all_vals[pick], all_rows[pick]
     return out_vals, out_rows
-
-
-def merge_block(best: TopList | None, block: torch.Tensor, first_row: int, k: int) -> TopList:
-    """``best`` merged with the top-k of ``block`` ``[r, t]`` (rows ``first_row …``)."""
-    return merge(best, block_topk(block, first_row, k), k)

@@ -25,7 +25,7 @@ TRAIN_ROWS = 65536  # rows sampled to train the coarse quantiser (faiss wants â‰
 ADD_ROWS = 16384  # rows weighted and added at a time (bounds the float32 copy in flight)
 
 
-def _faiss() -> Any:
+def require_faiss() -> Any:
     try:
         import faiss
     except ImportError as e:
@@ -48,7 +48,7 @@ class AnnIndex:
     """
 
     def __init__(self, exact: AttributionIndex, factory: str, nprobe: int, seed: int = 0) -> None:
-        faiss = _faiss()
+        faiss = require_faiss()
         self.exact = exact
         self.train_size = exact.train_size
         self.num_checkpoints = exact.num_checkpoints

@@ -87,12 +87,16 @@ def start(cfg: JobConfig) -> str:
 
     from trak_dist.serve._app import AttributionService
 
-    cfg = resolve_inputs(cfg)  # the replicas load the job's model and text files
     sv = cfg.serve
+    if sv.ann:  # the replicas build the index: a missing faiss is said before any starts
+        from trak_dist.serve._ann import require_faiss
+
+        require_faiss()
+    cfg = resolve_inputs(cfg)  # the replicas load the job's model and text files
     token = read_token(sv)
     check_servable(cfg)
     if not ray.is_initialized():
-        if cfg.cluster.kind == "local":
+        if cfg.cluster.kind in ("local", "inprocess"):
             ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR)
         else:
             ray.init(address=cfg.cluster.address or "auto", logging_level=logging.ERROR)

@@ -166,11 +166,6 @@ class ScoreSet:
         """What defines the variant: proj_dim, lambda_reg, lambdas (per checkpoint), …"""
         return dict(self.group.attrs)
 
-    def set_attrs(self, **values: Any) -> None:
-        """Record more of what defines the set (written into the partial set, so they move into
-        place with it when it is published)."""
-        self.group.attrs.update(values)
-
     @property
     def complete(self) -> bool:
         return bool(self.group.attrs.get("complete", False))

@@ -1,7 +1,7 @@
 """One pipeline, every executor: the in-process executor and Ray give the same store bit for bit;
-the run's results are typed; the SLURM array's reduce job (finish_from_store) scores what plain
-Workers committed, and its staged scoring (prepare, blocks in shares, merge) gives the same bits;
-the imports of the stages run one way."""
+the run's results are typed; the reduce stage scores what plain Workers committed (the SLURM
+chain's route), and a scoring handed over between processes (prepare, blocks in shares, merge)
+gives the same bits; the imports of the stages run one way."""
 
 import ast
 import dataclasses
@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import trak_dist
+from launch._executor import share
 from tests.fixtures.pipeline import (
     LAMBDA,
     P,
@@ -24,16 +25,8 @@ from tests.fixtures.pipeline import (
     stored_features,
 )
 from trak_dist.errors import StoreStateError
-from trak_dist.pipeline import (
-    BlockScorer,
-    JobResult,
-    Worker,
-    finish_from_store,
-    merge_from_store,
-    prepare,
-    prepare_from_store,
-)
-from trak_dist.scoring import ScoreResult
+from trak_dist.pipeline import JobResult, Reducer, Worker, prepare
+from trak_dist.scoring import Scorer, ScoreRequest, ScoreResult
 from trak_dist.store import FeatureStore, variant_name
 
 N_TRAIN, N_TARGETS = 1500, 297
@@ -102,9 +95,9 @@ def test_results_are_typed_and_a_rerun_reuses_everything(tmp_path, digits_checkp
     np.testing.assert_array_equal(job_scores(cfg), scores)
 
 
-def test_finish_from_store_scores_what_plain_workers_committed(tmp_path, digits_checkpoints):
-    """The SLURM array's route without SLURM: Workers commit rows (no partial XᵀX kept), then
-    the dependent job's reduce → factorise → score."""
+def test_the_reduce_stage_sums_what_plain_workers_committed(tmp_path, digits_checkpoints):
+    """The SLURM chain's route without SLURM: Workers commit rows (no partial XᵀX kept), then
+    the reduce stage sums XᵀX from the committed rows, and the score step scores."""
     reference = small_job(tmp_path / "ref.zarr", digits_checkpoints)
     run_in_process(reference)
     cfg = small_job(tmp_path / "s.zarr", digits_checkpoints)
@@ -112,11 +105,13 @@ def test_finish_from_store_scores_what_plain_workers_committed(tmp_path, digits_
     worker = Worker(cfg, prep.checkpoints, prep.width)
     for task in prep.train_tasks[1:] + prep.target_tasks:
         worker.run(task)
+    reducer = Reducer(cfg.store.path)
     with pytest.raises(StoreStateError, match=r"model_id=0: 4 chunks of train rows"):
-        finish_from_store(cfg, 2, [(P, LAMBDA)])  # the first shard (4 chunks) is missing
+        reducer.reduce([0, 1], [P])  # the first shard (4 chunks) is missing
     worker.run(prep.train_tasks[0])
-    result = finish_from_store(cfg, 2, [(P, LAMBDA)])
-    assert result.scores[0].variant == variant_name(P, LAMBDA)
+    reducer.reduce([0, 1], [P])
+    result = reducer.score(ScoreRequest(cfg.scoring, (0, 1), P, LAMBDA))
+    assert result.variant == variant_name(P, LAMBDA)
     x, s = stored_features(cfg)
     x_ref, s_ref = stored_features(reference)
     np.testing.assert_array_equal(x, x_ref)
@@ -125,10 +120,13 @@ def test_finish_from_store_scores_what_plain_workers_committed(tmp_path, digits_
     np.testing.assert_allclose(s, s_ref, rtol=1e-5, atol=1e-5 * np.abs(s_ref).max())
 
 
-def test_staged_scoring_gives_the_bits_of_one_process_and_resumes(tmp_path, digits_checkpoints):
-    """SLURM's scoring stages without SLURM: prepare, blocks in shares (in any order), merge.
-    A launch that ran one share of three and stopped leaves those blocks committed; the next
-    prepares only the others, and the merged S and top-k are the in-process run's bits."""
+def test_a_scoring_handed_over_gives_the_bits_of_one_process_and_resumes(
+    tmp_path, digits_checkpoints
+):
+    """The SLURM chain's scoring without SLURM: one process prepares and hands over, blocks
+    run in shares (in any order), another adopts and merges. A launch that ran one share of
+    three and stopped leaves those blocks committed; the next prepares only the others, and
+    the merged S and top-k are the in-process run's bits."""
     cfg = small_job(tmp_path / "s.zarr", digits_checkpoints)
     scoring = dataclasses.replace(cfg.scoring, train_block=128, block_rows=256, write_scores="full")
     cfg = dataclasses.replace(cfg, scoring=scoring)
@@ -137,17 +135,25 @@ def test_staged_scoring_gives_the_bits_of_one_process_and_resumes(tmp_path, digi
     s_ref, top_ref = sset.scores(), sset.read_topk()
     shutil.rmtree(tmp_path / "s.zarr" / "scores")
 
-    first = prepare_from_store(cfg, 2, [(P, LAMBDA)])
-    assert len(first.blocks) == 6  # 1500 rows in ranges of 256, one super-block
-    scorer = BlockScorer(cfg.store.path)
-    ran = [scorer.run(t) for t in first.share(1, 3)]  # then the launch stops
-    assert all(scorer.committed(t) for t in first.share(1, 3))
-    again = prepare_from_store(cfg, 2, [(P, LAMBDA)])
-    assert again.blocks == first.share(0, 3) + first.share(2, 3)
+    requests = [ScoreRequest(cfg.scoring, (0, 1), P, LAMBDA)]
+    first = Reducer(cfg.store.path)
+    blocks = first.prepare_scores(requests)
+    handed = first.hand_over()
+    assert len(blocks) == 6 and handed[0].pending == tuple(blocks)  # 1500 rows in 256s
+    scorer = Scorer(cfg.store.path)
+    for t in share(blocks, 1, 3):  # then the launch stops
+        scorer.run_block(t)
+    assert all(scorer.committed(t) for t in share(blocks, 1, 3))
+    merger = Reducer(cfg.store.path)
     with pytest.raises(StoreStateError, match=r"4 of 6 score blocks .* not committed"):
-        merge_from_store(cfg, first, ran)  # the first launch's merge would stop here
-    results = [scorer.run(t) for i in (1, 0) for t in again.share(i, 2)]  # the set was kept
-    result = merge_from_store(cfg, again, results).scores[0]
+        merger.adopt(handed)  # the first launch's merge would stop here
+    second = Reducer(cfg.store.path)
+    again = second.prepare_scores(requests)  # the set was kept: only the others are pending
+    assert again == share(blocks, 0, 3) + share(blocks, 2, 3)
+    handed = second.hand_over()
+    results = [scorer.run_block(t) for t in reversed(again)]
+    merger.adopt(handed)
+    (result,) = merger.finish_scores(requests, results)
     assert (result.blocks, result.blocks_computed, result.blocks_reused) == (6, 4, 2)
     published = FeatureStore.open(cfg.store.path, mode="r").score_set(
         "targets", variant_name(P, LAMBDA)
