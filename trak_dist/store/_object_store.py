@@ -2,9 +2,10 @@
 ``ObjectStore`` for a URL, whose failures become one ``RemoteStoreError`` naming the store.
 
 obstore, not fsspec/s3fs: with the chunk pattern workers use (whole 4 MiB chunks, two writer
-processes, then one reader; SeaweedFS on loopback) it wrote 1.1–1.6× and read 2.2–2.7× as fast
-(``python -m benchmarks.store_remote``, benchmarks/RESULTS.md): its requests run in Rust, off
-the GIL, and hand Zarr the bytes without a copy. It also gives the conditional writes leases
+processes, then one reader; SeaweedFS on loopback) it read 1.6–2.7× as fast and wrote at
+0.8–1.6× s3fs's rate over several runs (``python -m benchmarks.store_remote``,
+benchmarks/RESULTS.md): its requests run in Rust, off the GIL, and hand Zarr the bytes without
+a copy; reads are what the reducer and scoring repeat. It also gives the conditional writes leases
 need (``mode="create"``, ``mode={"e_tag": …}``) with typed errors, and one client for S3, GCS
 and Azure."""
 

@@ -25,7 +25,7 @@ from trak_dist.store import FeatureStore, variant_name
 from trak_dist.store._verify import verify
 
 pytestmark = pytest.mark.s3
-JOBS = Path(__file__).parents[1] / "fixtures" / "traker_jobs.py"
+JOBS = Path(__file__).parents[3] / "tests" / "fixtures" / "traker_jobs.py"
 
 
 @pytest.fixture(scope="module")
