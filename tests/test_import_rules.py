@@ -264,3 +264,16 @@ def test_the_checker_sees_lazy_relative_and_from_imports():
     assert "trak_dist.lds.SubsetTrainer" in IMPORTS["trak_dist.distributed.eval_driver"]
     assert under("trak_dist.cli.main", ("trak_dist.cli",))
     assert not under("trak_dist.client", ("trak_dist.cli",))
+
+
+MAX_LINES = 300  # STYLE: small single-purpose modules; a module past this is split
+
+
+def test_no_module_is_over_300_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for src in SOURCES.values()
+        for path in src.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split them): {long}"

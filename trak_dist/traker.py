@@ -60,9 +60,7 @@ class TRAKer:
     traker's classes. ``load_from_save_dir=False`` ignores other processes' checkpoints but
     deletes nothing; ``overwrite=True`` deletes the whole store.
 
-    Extra keywords:
-
-    Args:
+    Args (the extra keywords):
         overwrite: delete the store at ``save_dir`` first.
         micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
         gradient_engine: ``auto``, ``vmap`` or ``hooks`` (see ``make_computer``), when no

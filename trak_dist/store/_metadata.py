@@ -1,21 +1,30 @@
 """Metadata a store is opened with: every ``zarr.json`` of a store must parse (a row set's
 metadata holds its checkpoint); ``trak-dist store repair`` drops what torn files describe.
-Walked through the Zarr store (``_tree.py``), so object stores are checked alike."""
+Walked through the Zarr store (``_tree.py``), so object stores are checked alike. Also the
+root's ``trak_dist`` attribute (``store_meta``) and removing a store (``remove_store``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from trak_dist.errors import StoreStateError
+from trak_dist.errors import StoreMismatchError, StoreStateError
 from trak_dist.store._layout import CONTAINERS, EVAL, ROW_GROUPS
 from trak_dist.store._object_store import open_zarr
+from trak_dist.store._remote import is_url, local_path
+from trak_dist.store._spec import FORMAT_VERSION
 from trak_dist.store._tree import META, Tree
+
+logger = logging.getLogger(__name__)
+ATTR = "trak_dist"  # the root attribute that holds the spec and codec
 
 # how long a node's metadata may be half written by another process before it counts as torn
 SETTLE_LOOKS = 4
@@ -103,3 +112,33 @@ def _node_type(raw: bytes | None) -> str | None:
         return None
     kind = meta.get("node_type")
     return kind if kind in ("group", "array") else None
+
+
+def store_meta(meta: object, where: str) -> dict[str, Any]:
+    """The store's ``trak_dist`` attribute, checked (StoreMismatchError: not a trak_dist store,
+    or another format)."""
+    if not isinstance(meta, dict):
+        raise StoreMismatchError(
+            f"{where} is a Zarr group but not a trak_dist store (no '{ATTR}' metadata). "
+            "Point save_dir/store at a new or trak_dist-written path."
+        )
+    version = meta.get("spec", {}).get("format_version")
+    if version != FORMAT_VERSION:
+        raise StoreMismatchError(
+            f"{where} is a trak_dist store of format {version}; this trak_dist reads format "
+            f"{FORMAT_VERSION} (checksummed chunks, per-row item hashes, reductions marked "
+            "complete), so the stored features cannot be checked. Featurise into a new store "
+            "path (or overwrite this one: store.overwrite=true, "
+            "TRAKer(overwrite=True))."
+        )
+    return meta
+
+
+def remove_store(zstore: Store, where: str) -> None:
+    """Delete the store at ``where`` (``store.overwrite``)."""
+    if is_url(where):
+        logger.warning("overwriting the existing store at %s", where)
+        sync(zstore.delete_dir(""))
+    elif Path(local_path(where)).exists():
+        logger.warning("overwriting the existing store at %s", where)
+        shutil.rmtree(local_path(where))

@@ -6,7 +6,6 @@ recomputed when damaged; damaged rows are a ``StoreDamagedError`` (``store repai
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,17 +24,15 @@ from trak_dist.store._binding import (
 from trak_dist.store._codecs import DEFAULT_CODEC, compressors
 from trak_dist.store._eval import EvalSet
 from trak_dist.store._lock import store_lock
-from trak_dist.store._metadata import check_metadata
+from trak_dist.store._metadata import ATTR, check_metadata, remove_store, store_meta
 from trak_dist.store._object_store import open_zarr
 from trak_dist.store._reductions import get_reduction, put_reduction
-from trak_dist.store._remote import is_url, local_path
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet
-from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
+from trak_dist.store._spec import FeatureSpec
 from trak_dist.store._zarr import attr_int, group, quiet_foreign_nodes
 
 logger = logging.getLogger(__name__)
-ATTR = "trak_dist"
 
 
 class FeatureStore:
@@ -45,21 +42,7 @@ class FeatureStore:
     def __init__(
         self, root: zarr.Group, where: str, options: Mapping[str, Any] | None = None
     ) -> None:
-        meta = root.attrs.get(ATTR)
-        if not isinstance(meta, dict):
-            raise StoreMismatchError(
-                f"{where} is a Zarr group but not a trak_dist store (no '{ATTR}' metadata). "
-                "Point save_dir/store at a new or trak_dist-written path."
-            )
-        version = meta.get("spec", {}).get("format_version")
-        if version != FORMAT_VERSION:
-            raise StoreMismatchError(
-                f"{where} is a trak_dist store of format {version}; this trak_dist reads format "
-                f"{FORMAT_VERSION} (checksummed chunks, per-row item hashes, reductions marked "
-                "complete), so the stored features cannot be checked. Featurise into a new store "
-                "path (or overwrite this one: store.overwrite=true, "
-                "TRAKer(overwrite=True))."
-            )
+        meta = store_meta(root.attrs.get(ATTR), where)
         self.root = root
         self.where = where
         self.options = dict(options or {})
@@ -107,7 +90,7 @@ class FeatureStore:
         zstore = open_zarr(where, options)
         with store_lock(where, options=options):
             if overwrite:
-                _remove(zstore, where)
+                remove_store(zstore, where)
             check_metadata(zstore, where)
             root = zarr.open_group(zstore, mode="a")
             if ATTR not in root.attrs:
@@ -302,15 +285,3 @@ class FeatureStore:
         if path not in self.root or "num_targets" not in group(self.root, path).attrs:
             return None
         return EvalSet(group(self.root, path))
-
-
-def _remove(zstore: Any, where: str) -> None:
-    """Delete the store at ``where`` (``store.overwrite``)."""
-    if is_url(where):
-        from zarr.core.sync import sync
-
-        logger.warning("overwriting the existing store at %s", where)
-        sync(zstore.delete_dir(""))
-    elif Path(local_path(where)).exists():
-        logger.warning("overwriting the existing store at %s", where)
-        shutil.rmtree(local_path(where))
