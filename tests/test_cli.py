@@ -141,9 +141,9 @@ def test_store_subcommand_on_a_path_that_is_no_store(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.ray
 def test_kronecker_projection_from_the_command_line(tmp_path, digits_checkpoints):
-    common = ["progress=false", f"model.checkpoints=[{digits_checkpoints[0]}]", "proj_dim=64"]
+    ckpt = f"model.checkpoints=[{digits_checkpoints[0]}]"
+    common = ["progress=false", ckpt, "proj_dim=64", "cluster=inprocess"]
     out = trak_dist(
         ["hydra.run.dir=run1", "projection=kronecker", "lambda_reg=1e-2", *common], tmp_path
     )

@@ -212,7 +212,6 @@ def bert_trained(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.ray
 def test_cli_bert_text_classification(bert_trained, tmp_path):
     """``trak-dist model=custom`` on a stock BertForSequenceClassification, default attention:
     the top proponents of a target mostly carry its label (chance: 1/3)."""
@@ -223,13 +222,13 @@ def test_cli_bert_text_classification(bert_trained, tmp_path):
         bert_trained,
         "data.targets=trak_dist.examples.tiny_bert:target_set",
         "+data.kwargs.n=64",
+        "cluster=inprocess",  # the model side is checked here; Ray in test_run_on_ray_*
     )
     assert report["rows_computed"] == {"train": 2 * 64, "target": 2 * 64}
     assert report["variants"][0]["proponent_label_agreement"] > 0.6
 
 
 @pytest.mark.slow
-@pytest.mark.ray
 def test_cli_gpt2_causal_lm(lm_states, tmp_path):
     """``trak-dist model=custom task=causal_lm`` on a stock GPT2LMHeadModel, default attention,
     dict samples; the train set scored as targets: each piece of text is its own strongest
@@ -243,6 +242,7 @@ def test_cli_gpt2_causal_lm(lm_states, tmp_path):
         "+model.kwargs.n_embd=32",
         "data.targets=trak_dist.examples.tiny_lm:train_set",
         "+data.kwargs.limit=96",
+        "cluster=inprocess",
     )
     assert report["rows_computed"] == {"train": 2 * 96, "target": 2 * 96}
     sset = FeatureStore.open(report["store"], mode="r").score_set("targets", "p128_lambda0.01")

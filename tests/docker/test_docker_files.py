@@ -13,7 +13,8 @@ build context.
 
 Not proved here: that the base images, apt packages and the CUDA torch wheel resolve (no registry
 but PyPI is reachable), that the CUDA image builds, or that containers see GPUs. The image built
-on a local Debian base (CUDA_KERNEL=skip) and run is test_container.py's.
+on a local Debian base (CUDA_KERNEL=skip) and run is benchmarks/long_checks/test_container.py's
+(by hand).
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def test_hydra_submitit_launcher_sweep_featurises_once(slurm, tmp_path, digits_c
         f"store.chunk_rows={CHUNK}",
         "progress=false",
         "featurize.half_precision=false",
-        "cluster.num_workers=1",
+        "cluster=inprocess",  # each SLURM job runs its stages in its own process: no Ray
     ]
     out = subprocess.run(
         cmd,

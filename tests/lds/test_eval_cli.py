@@ -41,7 +41,10 @@ def test_eval_without_a_store_is_one_clear_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path):
-    first = trak_dist(["hydra.run.dir=run1", "progress=false"], tmp_path, timeout=900)
+    # the attribution jobs run in process (no Ray: ~20 s less each); `trak-dist eval` on Ray
+    first = trak_dist(
+        ["hydra.run.dir=run1", "progress=false", "cluster=inprocess"], tmp_path, timeout=900
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     assert "- λ: auto (" in first.stdout and "LDS: not measured" in first.stdout
 
@@ -89,7 +92,13 @@ def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path)
 
     # a sweep over λ now reports the LDS of every point and names the best one
     sweep = trak_dist(
-        ["-m", "lambda_reg=auto,0.01", "hydra.sweep.dir=sweep", "progress=false"],
+        [
+            "-m",
+            "lambda_reg=auto,0.01",
+            "hydra.sweep.dir=sweep",
+            "progress=false",
+            "cluster=inprocess",
+        ],
         tmp_path,
         timeout=900,
     )
@@ -123,7 +132,11 @@ def test_killed_eval_resumes_without_retraining_and_sweeps_rank_by_lds(tmp_path)
         f"recorded for lambda_reg=best at proj_dim=512: λ={top['lambda_reg']} ({top['variant']}, "
         f"LDS {float(top['lds']):.3f}" in swept.stdout
     )
-    used = trak_dist(["lambda_reg=best", "hydra.run.dir=run2", "progress=false"], tmp_path, 900)
+    used = trak_dist(
+        ["lambda_reg=best", "hydra.run.dir=run2", "progress=false", "cluster=inprocess"],
+        tmp_path,
+        900,
+    )
     assert used.returncode == 0, used.stderr[-3000:]
     report = (tmp_path / "run2" / "trak_report.md").read_text()
     assert f"## scores `{top['variant']}`" in report

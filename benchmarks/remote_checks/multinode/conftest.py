@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures import llm_models
 from tests.fixtures.multinode import Cluster
-from tests.multinode._jobs import LM_TRAIN_ROWS, lm_args
+from tests.multinode._jobs import FAULTS, LM_TRAIN_ROWS, lm_args
 from tests.multinode._local import LocalRuns, cluster_with
 from tests.multinode.conftest import s3_client
 
@@ -31,6 +31,6 @@ def lm_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, lm_inputs: Path
 ) -> Iterator[tuple[Cluster, LocalRuns]]:
-    """The cluster, and the local runs of the default job and the LM job."""
-    runs = {"default": ["progress=false"], "lm": lm_args(str(lm_inputs))}
+    """The cluster, and the local runs of the default job, the LM job and the fault job."""
+    runs = {"default": ["progress=false"], "lm": lm_args(str(lm_inputs)), "faults": FAULTS}
     yield from cluster_with(tmp_path_factory, runs)
