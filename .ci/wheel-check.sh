@@ -82,7 +82,7 @@ echo "$got"
 fmt=$(python -c 'import trak_dist.store as s; print(s.FORMAT_VERSION)')
 [ "$got" = "trak-dist $want (store format version $fmt)" ] || { echo "wheel-check: expected 'trak-dist $want (store format version $fmt)'"; exit 1; }
 trak-dist --help > help.txt
-grep -q "cluster: local, ray, slurm" help.txt || { cat help.txt; exit 1; }
+grep -q "cluster: inprocess, local, ray, slurm" help.txt || { cat help.txt; exit 1; }
 
 step "the embedded default job (proj_dim=64, one worker)"
 quiet trak-dist proj_dim=64 lambda_reg=1e-2 progress=false cluster.num_workers=1 hydra.run.dir=job
