@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import psutil
 import pytest
-import torch
 
+from tests.fixtures.helpers import one_thread
 from tests.fixtures.pipeline import LAMBDA, P, run_in_process, small_job
 from trak_dist.distributed import run_job
 from trak_dist.store import FeatureStore, variant_name
@@ -33,12 +33,8 @@ def stored(cfg):
 def in_process(tmp_path_factory, digits_checkpoints):
     """The in-process run's store (one intra-op thread, as a Ray worker of one CPU) and scores."""
     cfg = scoring_job(tmp_path_factory.mktemp("here") / "s.zarr", digits_checkpoints)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         result = run_in_process(cfg)
-    finally:
-        torch.set_num_threads(threads)
     assert result.scores[0].blocks == result.scores[0].blocks_computed == BLOCKS
     return cfg, *stored(cfg)
 

@@ -17,6 +17,7 @@ import torch
 
 import trak_dist
 from tests.fixtures import llm_models
+from tests.fixtures.helpers import one_thread
 from trak_dist import TRAKer
 from trak_dist.config import DataConfig, JobConfig, ModelConfig, TaskConfig
 from trak_dist.hf import from_checkpoints, load_state
@@ -62,12 +63,8 @@ def api_scores(root: Path, ckpts: list[Path], dtype: str = "float32") -> np.ndar
     train, targets = cfg.data.train(), cfg.data.targets()
     # as a Ray worker with cpus_per_worker=1 computes: one thread (another thread count sums
     # matmuls in another order, which moves near-zero scores by ~1e-7 of the largest)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _traker_scores(root, ckpts, dtype, train, targets)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _traker_scores(root: Path, ckpts: list[Path], dtype: str, train, targets) -> np.ndarray:

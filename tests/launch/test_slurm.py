@@ -12,7 +12,6 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
-import torch
 from torch.utils.data import Dataset
 
 from launch._executor import pending, share
@@ -20,6 +19,7 @@ from launch._ray_cluster import evaluate_and_report
 from launch.slurm import submit_array, submit_ray
 from tests.fixtures import llm_models
 from tests.fixtures.clusters import LOOPBACK_ENV, free_port
+from tests.fixtures.helpers import one_thread
 from tests.fixtures.pipeline import (
     CHUNK,
     LAMBDA,
@@ -72,12 +72,8 @@ def featurised(tmp_path_factory, digits_checkpoints):
     cfg = small_job(tmp_path_factory.mktemp("here") / "s.zarr", digits_checkpoints)
     scoring = dataclasses.replace(cfg.scoring, train_block=128, block_rows=256, write_scores="full")
     cfg = dataclasses.replace(cfg, scoring=scoring)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         assert run_in_process(cfg).scores[0].blocks == 6  # 1500 rows in ranges of 256
-    finally:
-        torch.set_num_threads(threads)
     return cfg, *published(cfg)
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import trak_dist
 from launch._executor import share
+from tests.fixtures.helpers import one_thread
 from tests.fixtures.pipeline import (
     LAMBDA,
     P,
@@ -49,12 +49,8 @@ def test_in_process_and_ray_executors_write_the_same_store(
     of one CPU (OMP_NUM_THREADS=1): BLAS rounds a small batch's last row differently with two."""
     here = small_job(tmp_path / "here.zarr", digits_checkpoints, workers=2, shard_rows=128)
     ray = small_job(tmp_path / "ray.zarr", digits_checkpoints, workers=2, shard_rows=128)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         local = run_in_process(here)
-    finally:
-        torch.set_num_threads(threads)
     remote = run_job(ray)
     x_here, s_here = stored_features(here)
     x_ray, s_ray = stored_features(ray)
