@@ -12,7 +12,9 @@ run) and the same subset models (``_lm_truth``: α = 0.5, cached per benchmark, 
 - prototypes from one Kronecker pass per checkpoint (``_lm_curvature``): TRAK's XᵀX, the
   token-level Gram of the same backward (``tok_f``), and with labels sampled from the model the
   sequence-level Fisher (``fisher``) and its token-level Gram (``tok_s``), at p ∈ {512,
-  2048}, λ = c · tr(K) / min(rank, p) over a grid of c (``_lm_score``);
+  2048}, λ = c · tr(K) / min(rank, p) over a grid of c (``_lm_score``); and rows of the
+  documents' log-likelihood (``loglik``: each token's margin gradient weighted by its own
+  1 − p_t, the loss gradient) with XᵀX or their token-level Gram;
 - kronfluence 1.0.1 identity, KFAC and EK-FAC (full gradients; ``_lm_peers``), per checkpoint.
 
 LDS on the last checkpoint and on the mean over the 3 (as trak_dist averages them). Everything
@@ -128,6 +130,17 @@ def kron_pass(bench: LMBench, states: list, root: Path) -> list[dict]:
     return out
 
 
+def loglik_pass(bench: LMBench | FactsBench, states: list, root: Path) -> list[dict]:
+    """``_lm_curvature.collect_loglik`` per checkpoint at PMAX, cached as npz."""
+    out = []
+    for i, st in enumerate(states):
+        path = root / f"loglik{PMAX}_c{i}.npz"
+        if not path.exists():
+            np.savez(path, **_lm_curvature.collect_loglik(bench, st, i, PMAX))
+        out.append(dict(np.load(path)))
+    return out
+
+
 def dense_rows(root: Path, p: int, ckpts: int) -> list[tuple[np.ndarray, np.ndarray]]:
     store = FeatureStore.open(root / f"trak_dense{p}.zarr")
     n, m = store.spec.train_size, None
@@ -209,6 +222,17 @@ def run_bench(name: str, out: Path, models: int, peers: bool) -> tuple[list, dic
         for p in PS:
             if (f"kron_{cname}", p) not in curves:
                 curves[(f"kron_{cname}", p)] = _lm_score.curve(cvs, p, metric)
+    lls = loglik_pass(bench, states, root)
+    for fam in ("xtx", "tok"):
+        for p in PS:
+            if (f"loglik_{fam}", p) not in curves:
+                cvs = [
+                    _lm_score.Curv(z["X"], z["T"], z["X"].T @ z["X"], n)
+                    if fam == "xtx"
+                    else _lm_score.Curv(z["X"], z["T"], z["H"], n * tokens)
+                    for z in lls
+                ]
+                curves[(f"loglik_{fam}", p)] = _lm_score.curve(cvs, p, metric)
     for (cname, p), (last, mean) in curves.items():
         best = f"{mean.max():.3f} (c = {_lm_score.GRID[mean.argmax()]:.3g})"
         auto_last, auto_mean = _lm_score.at(last, AUTO_C), _lm_score.at(mean, AUTO_C)
