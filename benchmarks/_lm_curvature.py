@@ -98,15 +98,18 @@ class LogLik:
         return torch.where(counted, logp, 0).sum(1)
 
 
-def collect_loglik(bench: LMBench, state: dict, model_id: int, p: int, micro: int = 16) -> dict:
-    """``X`` ``[n, p]``, ``T`` ``[m, p]`` of :class:`LogLik` (train and targets) and the
-    token-level Gram ``H`` of the same backward, Kronecker at ``p``."""
+def collect_loglik(
+    bench: LMBench, state: dict, model_id: int, p: int, micro: int = 16, task: str = "loglik"
+) -> dict:
+    """``X`` ``[n, p]``, ``T`` ``[m, p]`` of :class:`LogLik` (or, with ``task="causal_lm"``,
+    trak_dist's f; train and targets) and the token-level Gram ``H`` of the same backward,
+    Kronecker at ``p``."""
     torch.manual_seed(0)
     model = bench.model()
     model.load_state_dict(state)
     model.eval()
     c = bench.corpus()
-    comp = HookGradientComputer(model, LogLik())
+    comp = HookGradientComputer(model, LogLik() if task == "loglik" else resolve_task(task))
     proj = TokenKronecker(comp.layout.grad_dim, p, 0, kronecker_views(model, comp.layout))
     scale = math.sqrt(comp.layout.grad_dim)
     gram = torch.zeros(p, p, dtype=torch.float64)

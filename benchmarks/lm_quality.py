@@ -183,7 +183,9 @@ def curvatures(passes: list[dict], n: int, tokens: int) -> dict[str, list[_lm_sc
     return out
 
 
-def run_bench(name: str, out: Path, models: int, peers: bool) -> tuple[list, dict]:
+def run_bench(
+    name: str, out: Path, models: int, peers: bool, loglik: bool = True
+) -> tuple[list, dict]:
     root = out / name
     if name == "facts":  # fact retrieval: the MRR of the stating document
         bench: LMBench | FactsBench = FactsBench(out)
@@ -222,8 +224,8 @@ def run_bench(name: str, out: Path, models: int, peers: bool) -> tuple[list, dic
         for p in PS:
             if (f"kron_{cname}", p) not in curves:
                 curves[(f"kron_{cname}", p)] = _lm_score.curve(cvs, p, metric)
-    lls = loglik_pass(bench, states, root)
-    for fam in ("xtx", "tok"):
+    lls = loglik_pass(bench, states, root) if loglik else []
+    for fam in ("xtx", "tok") if loglik else ():
         for p in PS:
             if (f"loglik_{fam}", p) not in curves:
                 cvs = [
@@ -251,11 +253,12 @@ def main() -> None:
     ap.add_argument("--only", default=",".join([*BENCHES, "facts"]))
     ap.add_argument("--models", type=int, default=100)
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-loglik", action="store_true", help="skip the log-likelihood rows")
     a = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
     for name in a.only.split(","):
-        r, cv = run_bench(name, a.out, a.models, not a.no_peers)
+        r, cv = run_bench(name, a.out, a.models, not a.no_peers, not a.no_loglik)
         rows += r
         np.savez(
             a.out / name / "curves.npz",
