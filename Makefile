@@ -12,7 +12,8 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 LINT_DIRS := $(wildcard trak_dist tests benchmarks launch)
 
-.PHONY: install install-test run test test-fast lint typecheck cuda bench dist wheel-check clean
+.PHONY: install install-test run test test-fast lint typecheck cuda bench dist wheel-check clean \
+	device-wheels device-dry-run
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -51,6 +52,16 @@ lint: install-test
 cuda:
 	$(MAKE) -C cuda_ext
 
+# what a lent GPU machine lacks, in .device/gpu (it travels: benchmarks/device_check.sh, docs in
+# cuda_ext/README.md), and the same set for this Python in .device/dryrun
+device-wheels: install-test
+	PY=$(BIN)/python bash benchmarks/device_wheels.sh
+
+# the GPU check's every section at tiny sizes on this CPU, as it would run there (CI)
+DRY_RUN_OUT ?= .device/dry-run
+device-dry-run: device-wheels
+	bash benchmarks/device_check.sh --cpu-dry-run $(DRY_RUN_OUT)
+
 bench: install-test
 	$(BIN)/python -m benchmarks
 
@@ -63,4 +74,4 @@ wheel-check: install-test
 	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" bash .ci/wheel-check.sh
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info cuda_ext/build
+	rm -rf $(VENV) build dist *.egg-info cuda_ext/build .device
