@@ -5,9 +5,9 @@
 One checkpoint of an ``_lm_benches`` benchmark (its train set), one torch thread, variants
 interleaved round by round, median of the rounds, in **CPU seconds of this process** (steadier
 than wall time on a shared machine): the default (dense Rademacher p = 512 through trak_dist's
-``Featurizer``, the hook engine), dense p = 2048, Kronecker rows at p, and Kronecker rows plus
-the token-level Gram of the same backward (``_lm_curvature.TokenKronecker``) or of a second,
-sampled-label backward.
+``Featurizer``, the hook engine), Kronecker rows at p, Kronecker rows plus the rows of a
+sampled-label backward (the Fisher's G), and Kronecker rows plus the token-level Gram of the
+same or of a sampled backward (``_lm_curvature.TokenKronecker``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def dense(bench, state: dict, p: int, kind: str = "rademacher"):
     return go
 
 
-def token(bench, state: dict, p: int, sampled: bool):
+def token(bench, state: dict, p: int, sampled: bool, gram: bool = True):
     model = bench.model()
     model.load_state_dict(state)
     model.eval()
@@ -71,7 +71,7 @@ def token(bench, state: dict, p: int, sampled: bool):
         proj.begin(ids.shape[0], ids.shape[1])
         acc = torch.zeros(ids.shape[0], p)
         c.stream(b, lambda blocks: acc.add_(proj.project(blocks, 0)))
-        if keep:
+        if keep and gram:
             phi = proj.pos.reshape(-1, p)
             gram.add_((phi.T @ phi + proj.extra.T @ proj.extra).double())
 
@@ -97,8 +97,10 @@ def main() -> None:
     state = _lm_truth.checkpoints(a.bench, a.out)[-1]
     variants = {"default: dense p=512": dense(bench, state, 512)}
     for p in [int(x) for x in a.ps.split(",")]:
-        variants[f"dense p={p}"] = dense(bench, state, p)
         variants[f"Kronecker p={p}"] = dense(bench, state, p, "kronecker")
+        variants[f"Kronecker p={p} + sampled-label Fisher rows (2nd backward)"] = token(
+            bench, state, p, True, gram=False
+        )
         variants[f"Kronecker p={p} + token Gram (same backward)"] = token(bench, state, p, False)
         variants[f"Kronecker p={p} + sampled-label token Gram"] = token(bench, state, p, True)
     variants.pop("dense p=512", None)
