@@ -47,7 +47,7 @@ def dense(bench, state: dict, p: int, kind: str = "rademacher"):
     return go
 
 
-def token(bench, state: dict, p: int, sampled: bool, gram: bool = True):
+def token(bench, state: dict, p: int, sampled: bool, with_gram: bool = True):
     model = bench.model()
     model.load_state_dict(state)
     model.eval()
@@ -71,7 +71,7 @@ def token(bench, state: dict, p: int, sampled: bool, gram: bool = True):
         proj.begin(ids.shape[0], ids.shape[1])
         acc = torch.zeros(ids.shape[0], p)
         c.stream(b, lambda blocks: acc.add_(proj.project(blocks, 0)))
-        if keep and gram:
+        if keep and with_gram:
             phi = proj.pos.reshape(-1, p)
             gram.add_((phi.T @ phi + proj.extra.T @ proj.extra).double())
 
@@ -99,7 +99,7 @@ def main() -> None:
     for p in [int(x) for x in a.ps.split(",")]:
         variants[f"Kronecker p={p}"] = dense(bench, state, p, "kronecker")
         variants[f"Kronecker p={p} + sampled-label Fisher rows (2nd backward)"] = token(
-            bench, state, p, True, gram=False
+            bench, state, p, True, with_gram=False
         )
         variants[f"Kronecker p={p} + token Gram (same backward)"] = token(bench, state, p, False)
         variants[f"Kronecker p={p} + sampled-label token Gram"] = token(bench, state, p, True)
