@@ -99,7 +99,13 @@ class LogLik:
 
 
 def collect_loglik(
-    bench: LMBench, state: dict, model_id: int, p: int, micro: int = 16, task: str = "loglik"
+    bench: LMBench,
+    state: dict,
+    model_id: int,
+    p: int,
+    micro: int = 16,
+    task: str = "loglik",
+    gram: bool = True,
 ) -> dict:
     """``X`` ``[n, p]``, ``T`` ``[m, p]`` of :class:`LogLik` (or, with ``task="causal_lm"``,
     trak_dist's f; train and targets) and the token-level Gram ``H`` of the same backward,
@@ -109,7 +115,11 @@ def collect_loglik(
     model.load_state_dict(state)
     model.eval()
     c = bench.corpus()
-    comp = HookGradientComputer(model, LogLik() if task == "loglik" else resolve_task(task))
+    if task == "sampled":  # the Fisher's rows G; one draw per token, seeded per checkpoint
+        chosen: object = SampledLM(torch.Generator().manual_seed(model_id))
+    else:
+        chosen = LogLik() if task == "loglik" else resolve_task(task)
+    comp = HookGradientComputer(model, chosen)
     proj = TokenKronecker(comp.layout.grad_dim, p, 0, kronecker_views(model, comp.layout))
     scale = math.sqrt(comp.layout.grad_dim)
     gram = torch.zeros(p, p, dtype=torch.float64)
@@ -121,7 +131,7 @@ def collect_loglik(
             proj.begin(b.shape[0], b.shape[1])
             acc = torch.zeros(b.shape[0], p)
             comp.stream(batch, lambda blocks, acc=acc: acc.add_(proj.project(blocks, model_id)))
-            if keep:
+            if keep and gram:
                 phi = (proj.pos / scale).reshape(-1, p)
                 e = proj.extra / scale
                 gram.add_((phi.T @ phi + e.T @ e).double())
