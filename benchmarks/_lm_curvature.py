@@ -105,7 +105,7 @@ def collect_loglik(
     p: int,
     micro: int = 16,
     task: str = "loglik",
-    gram: bool = True,
+    with_gram: bool = True,
 ) -> dict:
     """``X`` ``[n, p]``, ``T`` ``[m, p]`` of :class:`LogLik` (or, with ``task="causal_lm"``,
     trak_dist's f; train and targets) and the token-level Gram ``H`` of the same backward,
@@ -131,7 +131,7 @@ def collect_loglik(
             proj.begin(b.shape[0], b.shape[1])
             acc = torch.zeros(b.shape[0], p)
             comp.stream(batch, lambda blocks, acc=acc: acc.add_(proj.project(blocks, model_id)))
-            if keep and gram:
+            if keep and with_gram:
                 phi = (proj.pos / scale).reshape(-1, p)
                 e = proj.extra / scale
                 gram.add_((phi.T @ phi + e.T @ e).double())

@@ -31,8 +31,8 @@ def fisher_pass(name: str, out: Path, states: list) -> list[dict]:
     for i, st in enumerate(states):
         path = root / f"fisher{P}_c{i}.npz"
         if not path.exists():
-            rows = _lm_curvature.collect_loglik(bench, st, i, P, task="causal_lm", gram=False)
-            g = _lm_curvature.collect_loglik(bench, st, i, P, task="sampled", gram=False)
+            rows = _lm_curvature.collect_loglik(bench, st, i, P, task="causal_lm", with_gram=False)
+            g = _lm_curvature.collect_loglik(bench, st, i, P, task="sampled", with_gram=False)
             np.savez(path, X=rows["X"], T=rows["T"], G=g["X"])
         got.append(dict(np.load(path)))
     return got
