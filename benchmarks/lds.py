@@ -36,7 +36,7 @@ from trak_dist.config import ClusterConfig
 from trak_dist.errors import IllConditionedError
 from trak_dist.examples import digits
 from trak_dist.lds import VariantLDS
-from trak_dist.scoring import compute_scores, ensure_factor
+from trak_dist.scoring import ScoringConfig, compute_scores, ensure_factor
 from trak_dist.store import FeatureStore, variant_name
 
 ARCHS = ("mlp", "cnn", "transformer")
@@ -82,7 +82,7 @@ def score_variants(
             sset = store.score_set(EXP, variant_name(p, lam))
             if sset is None or not sset.complete:
                 try:
-                    compute_scores(store, EXP, ids, p, lam)
+                    compute_scores(store, ScoringConfig(EXP), ids, p, lam)
                 except IllConditionedError:
                     continue  # λ = 0 at p ≥ n: singular, reported as such
             out[p].append(lam)

@@ -50,7 +50,7 @@ from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer, resolve_engine
 from trak_dist.lds import LDSResult, lds, score_predictions, spearman
 from trak_dist.lds._metric import _weighted_spearman  # the estimator behind lds()'s interval
-from trak_dist.scoring import compute_scores
+from trak_dist.scoring import ScoringConfig, compute_scores
 from trak_dist.store import FeatureStore, variant_name
 from trak_dist.tasks import resolve_task
 
@@ -235,7 +235,8 @@ def bench(net: str, root: Path, args: argparse.Namespace) -> list[list]:
     for q in set(dims["kronecker"]) - set(grid["kronecker"]):
         lams["kronecker"][q] = ["auto"]  # run() scored the largest p; prefixes here
         if variant_name(q, "auto") not in stores["kronecker"].score_variants(EXP):
-            compute_scores(stores["kronecker"], EXP, list(range(args.checkpoints)), q, "auto")
+            ids = list(range(args.checkpoints))
+            compute_scores(stores["kronecker"], ScoringConfig(EXP), ids, q, "auto")
     eval_set = stores["rademacher"].eval_set(EXP)
     assert eval_set is not None  # evaluate() wrote it
     masks, margins = eval_set.finished(args.models)

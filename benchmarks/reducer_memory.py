@@ -27,12 +27,12 @@ from trak_dist.store import FeatureStore
 
 CHILD = """
 import json, sys, psutil
-from trak_dist.scoring import compute_scores
+from trak_dist.scoring import ScoringConfig, compute_scores
 from trak_dist.store import FeatureStore
 store = FeatureStore.open(sys.argv[1])
 before = psutil.Process().memory_info().rss
-compute_scores(store, "t", [0], lambda_reg=1e-3, train_block=int(sys.argv[2]),
-               target_block=int(sys.argv[3]))
+scoring = ScoringConfig("t", train_block=int(sys.argv[2]), target_block=int(sys.argv[3]))
+compute_scores(store, scoring, [0], lambda_reg=1e-3)
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report the parent's
 hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 print(json.dumps({"before": before, "peak": int(hwm.split()[1]) * 1024}))

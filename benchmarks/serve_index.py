@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from benchmarks._table import table
-from trak_dist.scoring._blocks import _merge_topk
+from trak_dist.scoring._topk import merge_block as _merge_topk
 from trak_dist.serve import AttributionIndex
 
 

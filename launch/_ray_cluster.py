@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import submitit
 from trak_dist.config import JobConfig
 
 DONE = "driver_done"
+Drive = Callable[[JobConfig, Path], dict[str, Any]]
 
 
 def _wait_port(host: str, port: int, timeout: float) -> None:
@@ -51,7 +53,8 @@ class RayClusterJob:
         port, head_ip: the head's GCS port and address (None: the first node's address).
         cpus, gpus: Ray resources each node offers.
         report_dir: where the driver writes the run report (or the LDS table).
-        command: ``run`` (as ``trak-dist``) or ``eval`` (as ``trak-dist eval``).
+        drive: what the head runs once Ray is up: ``run_and_report`` (as ``trak-dist``) or
+            ``evaluate_and_report`` (as ``trak-dist eval``).
     """
 
     def __init__(
@@ -62,11 +65,11 @@ class RayClusterJob:
         cpus: int,
         gpus: int,
         report_dir: Path,
-        command: str = "run",
+        drive: Drive | None = None,
     ) -> None:
         self.cfg, self.port, self.head_ip = cfg, port, head_ip
         self.cpus, self.gpus, self.report_dir = cpus, gpus, report_dir
-        self.command = command
+        self.drive = drive or run_and_report
 
     def __call__(self) -> dict[str, Any] | None:
         env = submitit.JobEnvironment()
@@ -102,34 +105,39 @@ class RayClusterJob:
             _stop(ray_proc)
 
     def _drive(self, address: str, nodes: int) -> dict[str, Any]:
-        from trak_dist.distributed.driver import run_job
-        from trak_dist.report import summarize, write
-
         cluster = dataclasses.replace(
             self.cfg.cluster,
             kind="slurm",
             address=address,
             num_workers=self.cfg.cluster.num_workers or None,
         )
-        cfg = dataclasses.replace(self.cfg, cluster=cluster)
-        if self.command == "eval":
-            return self._evaluate(cfg, nodes)
-        result = run_job(cfg)
-        summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
-        summary["nodes"] = nodes
-        self.report_dir.mkdir(parents=True, exist_ok=True)
-        md, _ = write(summary, self.report_dir / (cfg.report or "trak_report"))
-        summary["report"] = str(md)
-        return summary
+        summary = self.drive(dataclasses.replace(self.cfg, cluster=cluster), self.report_dir)
+        return {"nodes": nodes, **summary}
 
-    def _evaluate(self, cfg: JobConfig, nodes: int) -> dict[str, Any]:
-        from trak_dist.evaluation import evaluate_config
 
-        ev = evaluate_config(cfg, self.report_dir / "lds")
-        return {
-            "nodes": nodes,
-            "trained": ev.run.trained,
-            "reused": ev.run.reused,
-            "variants": [v.to_json() for v in ev.variants],
-            "report": str(ev.files["md"]),
-        }
+def run_and_report(cfg: JobConfig, report_dir: Path) -> dict[str, Any]:
+    """The driver of ``trak-dist-slurm ray``: the job on the allocation's Ray, then its report."""
+    from trak_dist.distributed import run_job
+    from trak_dist.pipeline import resolve_inputs
+    from trak_dist.report import summarize, write
+
+    cfg = resolve_inputs(cfg)
+    result = run_job(cfg)
+    summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    md, _ = write(summary, report_dir / (cfg.report or "trak_report"))
+    summary["report"] = str(md)
+    return summary
+
+
+def evaluate_and_report(cfg: JobConfig, report_dir: Path) -> dict[str, Any]:
+    """The driver of ``trak-dist-slurm ray --eval``: ``trak-dist eval`` on the allocation."""
+    from trak_dist.evaluation import evaluate_config
+
+    ev = evaluate_config(cfg, report_dir / "lds")
+    return {
+        "trained": ev.run.trained,
+        "reused": ev.run.reused,
+        "variants": [v.to_json() for v in ev.variants],
+        "report": str(ev.files["md"]),
+    }

@@ -25,13 +25,13 @@ from trak_dist import failures
 from trak_dist._compose import compose_job
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, WorkerFailedError
-from trak_dist.pipeline import Prepared, prepare
+from trak_dist.pipeline import Prepared, prepare, resolve_inputs
 from trak_dist.scoring import ScorePlan
 from trak_dist.store import store_lock
 
 # relative: this package is `launch` in a checkout and `trak_dist.launch` once installed
 from ._array import ScoreRunner, ShardRunner, merge_and_report, reduce_and_prepare, split
-from ._ray_cluster import RayClusterJob
+from ._ray_cluster import Drive, RayClusterJob, evaluate_and_report
 
 
 def executor(
@@ -61,10 +61,10 @@ def submit_ray(
     port: int = 6379,
     head_ip: str | None = None,
     local: bool = False,
-    command: str = "run",
+    drive: Drive | None = None,
 ) -> submitit.Job[Any]:
-    """One job of ``nodes`` tasks (one per node) running RayClusterJob (``command``: ``run`` or
-    ``eval``)."""
+    """One job of ``nodes`` tasks (one per node) running RayClusterJob (``drive``: what the
+    head runs, default the job and its report)."""
     ex = executor(
         folder,
         local,
@@ -76,9 +76,7 @@ def submit_ray(
         cpus_per_task=cpus_per_node,
         gpus_per_node=gpus_per_node,
     )
-    job = RayClusterJob(
-        cfg, port, head_ip, cpus_per_node, gpus_per_node, folder / "report", command
-    )
+    job = RayClusterJob(cfg, port, head_ip, cpus_per_node, gpus_per_node, folder / "report", drive)
     return ex.submit(job)
 
 
@@ -109,21 +107,9 @@ def _after(ex: submitit.Executor, jobs: list[submitit.Job[Any]], local: bool) ->
 
 def score_blocks(cfg: JobConfig, prep: Prepared) -> int:
     """How many score blocks the job's scoring has (its plan; the sizes only)."""
-    s, spec = cfg.scoring, prep.store.spec
-    plan = ScorePlan.of(
-        spec.train_size,
-        prep.store.num_targets(s.exp_name),
-        prep.proj_dim,
-        len(prep.checkpoints),
-        s.topk,
-        s.train_block,
-        s.target_block,
-        s.memory_bytes,
-        s.write_scores,
-        s.full_max_bytes,
-        s.block_rows,
-        spec.chunk_rows,
-    )
+    spec, m = prep.store.spec, prep.store.num_targets(cfg.scoring.exp_name)
+    c = len(prep.checkpoints)
+    plan = ScorePlan.of(spec.train_size, m, prep.proj_dim, c, cfg.scoring, spec.chunk_rows)
     return len(plan.row_ranges) * len(plan.super_blocks)
 
 
@@ -196,6 +182,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ray.add_argument(
         "--eval", action="store_true", help="run `trak-dist eval` (the LDS) instead of trak-dist"
     )
+    ray.set_defaults(submit=_submit_ray)
     array = sub.add_parser(
         "array", parents=[common], help="shard tasks, reduce job, score tasks, merge job"
     )
@@ -206,6 +193,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     array.add_argument(
         "--score-tasks", type=int, default=None, help="score array tasks (default: --tasks)"
     )
+    array.set_defaults(submit=_submit_array)
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     try:
@@ -229,48 +217,52 @@ def _submit(args: argparse.Namespace, overrides: list[str], prog: str) -> None:
 
 
 def _run(args: argparse.Namespace, overrides: list[str], folder: Path) -> None:
-    cfg = compose_job(overrides)
-    if args.mode == "ray":
-        job = submit_ray(
-            cfg,
-            folder,
-            args.nodes,
-            args.cpus_per_node,
-            args.gpus_per_node,
-            args.mem_gb,
-            args.time_min,
-            args.partition,
-            args.port,
-            args.head_ip,
-            args.local,
-            "eval" if args.eval else "run",
-        )
-        print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
-        final = job
-    else:
-        jobs = submit_array(
-            cfg,
-            folder,
-            args.tasks,
-            args.cpus_per_task,
-            args.gpus_per_task,
-            args.mem_gb,
-            args.time_min,
-            args.partition,
-            args.local,
-            args.score_tasks,
-        )
-        ids = ", ".join(j.job_id for j in jobs.shards) or "none (all shards committed)"
-        scores = ", ".join(j.job_id for j in jobs.scores)
-        print(
-            f"submitted array tasks {ids}; then reduce job {jobs.reduce.job_id}, score tasks "
-            f"{scores} and merge job {jobs.merge.job_id}"
-        )
-        print(f"logs: {folder}")
-        final = jobs.merge
+    final = args.submit(args, resolve_inputs(compose_job(overrides)), folder)
     if args.wait:
         summary = final.results()[0]
         print(f"done: report {summary['report']}")
+
+
+def _submit_ray(args: argparse.Namespace, cfg: JobConfig, folder: Path) -> submitit.Job[Any]:
+    job = submit_ray(
+        cfg,
+        folder,
+        args.nodes,
+        args.cpus_per_node,
+        args.gpus_per_node,
+        args.mem_gb,
+        args.time_min,
+        args.partition,
+        args.port,
+        args.head_ip,
+        args.local,
+        evaluate_and_report if args.eval else None,
+    )
+    print(f"submitted ray job {job.job_id}; logs: {job.paths.stdout}")
+    return job
+
+
+def _submit_array(args: argparse.Namespace, cfg: JobConfig, folder: Path) -> submitit.Job[Any]:
+    jobs = submit_array(
+        cfg,
+        folder,
+        args.tasks,
+        args.cpus_per_task,
+        args.gpus_per_task,
+        args.mem_gb,
+        args.time_min,
+        args.partition,
+        args.local,
+        args.score_tasks,
+    )
+    ids = ", ".join(j.job_id for j in jobs.shards) or "none (all shards committed)"
+    scores = ", ".join(j.job_id for j in jobs.scores)
+    print(
+        f"submitted array tasks {ids}; then reduce job {jobs.reduce.job_id}, score tasks "
+        f"{scores} and merge job {jobs.merge.job_id}"
+    )
+    print(f"logs: {folder}")
+    return jobs.merge
 
 
 if __name__ == "__main__":

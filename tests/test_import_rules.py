@@ -1,6 +1,8 @@
 """Which way the imports run (docs/design.md, "Import rules"), checked on the source with ``ast``:
 every ``import`` and ``from … import`` of ``trak_dist/**/*.py`` and ``launch/**/*.py``, at any
-depth (lazy imports inside functions and ``TYPE_CHECKING`` blocks count too).
+depth (lazy imports inside functions and ``TYPE_CHECKING`` blocks count too). Beside the rules
+below: packages are closed (from outside, only a package's ``__init__``) and no two packages
+import each other, however indirectly.
 
 To add a rule (a new package, a new executor), add a :class:`Rule` to ``RULES``; a rule whose
 modules or exemptions name nothing that exists fails, so the table follows renames.
@@ -158,10 +160,106 @@ def test_every_rule_names_modules_that_exist(rule: Rule):
             assert any(under(m, (prefix,)) for m in MODULES), f"{rule.name}: no module {prefix}"
 
 
+def package_of(module: str) -> str:
+    """The unit a module belongs to: its subpackage of ``trak_dist`` (``trak_dist.store`` for
+    ``trak_dist.store._rows``), ``launch``, or, for a module at ``trak_dist``'s root, itself
+    (``trak_dist.config``; the root's private modules, ``trak_dist._compose``, are shared by
+    the whole package)."""
+    parts = module.split(".")
+    if parts[0] != "trak_dist":
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+
+
+def deep_imports(imports: dict[str, set[str]], packages: set[str]) -> set[str]:
+    """``A imports P.x`` for every module ``P.x`` of a package P (other than ``A``'s own) that
+    a module A imports by more than P itself: a package is closed, its ``__init__`` is its API
+    (so no module reaches another package's private modules)."""
+    modules = set(imports)
+    return {
+        f"{name} imports {imported}"
+        for name, found in imports.items()
+        for imported in found
+        if imported in modules
+        and package_of(imported) in packages
+        and package_of(imported) != package_of(name)
+        and imported != package_of(imported)
+    }
+
+
+def package_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles between units (``package_of``), each as a path ``[a, b, …, a]``; edges
+    into the root package (every ``from trak_dist import x`` names it) are left out."""
+    modules = set(imports)
+    graph: dict[str, set[str]] = {}
+    for name, found in imports.items():
+        for imported in found:
+            # an imported name is a module, or a name inside one (the longest module prefix)
+            target = next(
+                (m for m in (imported, imported.rpartition(".")[0]) if m in modules), None
+            )
+            if target is None or target == "trak_dist":
+                continue
+            a, b = package_of(name), package_of(target)
+            if a != b:
+                graph.setdefault(a, set()).add(b)
+    cycles = []
+    for start in sorted(graph):  # one shortest cycle through each unit, breadth first
+        paths = [[start]]
+        while paths:
+            path = paths.pop(0)
+            nxt = sorted(graph.get(path[-1], ()))
+            if start in nxt:
+                cycles.append([*path, start])
+                break
+            paths += [[*path, n] for n in nxt if n not in path and n > start]
+    return cycles
+
+
+def test_packages_are_closed():
+    """From outside a package only its ``__init__`` is imported: no reaching into
+    ``trak_dist.store._zarr`` (or any module of another package), lazily or for type checking."""
+    found = deep_imports(IMPORTS, PACKAGES)
+    assert not found, "import the package, not its modules:\n" + "\n".join(sorted(found))
+
+
+def test_no_import_cycle_between_packages():
+    """Counting lazy and ``TYPE_CHECKING`` imports: a cycle means two packages that cannot be
+    understood (or changed) one without the other."""
+    cycles = package_cycles(IMPORTS)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_package_checks_can_fail():
+    """Both checks on made-up sources: a deep import and a cycle are found."""
+    fake = {
+        "trak_dist.a": {"trak_dist.b"},
+        "trak_dist.a._x": {"trak_dist.b._y", "trak_dist.c.f"},
+        "trak_dist.b": {"trak_dist.b._y"},
+        "trak_dist.b._y": {"trak_dist.c"},
+        "trak_dist.c": {"trak_dist.a._x", "trak_dist"},
+        "trak_dist": {"trak_dist.c"},
+    }
+    packages = {"trak_dist.a", "trak_dist.b"}
+    assert deep_imports(fake, packages) == {
+        "trak_dist.a._x imports trak_dist.b._y",
+        "trak_dist.c imports trak_dist.a._x",
+    }
+    assert package_cycles(fake)[0] == ["trak_dist.a", "trak_dist.c", "trak_dist.a"]  # via c.f
+    longer = {**fake, "trak_dist.a._x": {"trak_dist.b._y"}}
+    assert package_cycles(longer)[0] == ["trak_dist.a", "trak_dist.b", "trak_dist.c", "trak_dist.a"]
+    assert not package_cycles({k: v for k, v in fake.items() if k != "trak_dist.c"})
+
+
 def test_the_checker_sees_lazy_relative_and_from_imports():
-    """The walk itself: an import inside a function, a relative import and ``from pkg import
-    submodule`` are all found (else every rule above would pass vacuously)."""
-    assert "trak_dist.distributed.eval_driver" in IMPORTS["trak_dist.evaluation"]  # lazy
+    """The walk itself: an import inside a function or a ``TYPE_CHECKING`` block, a relative
+    import and ``from pkg import submodule`` are all found (else every rule above would pass
+    vacuously)."""
+    assert "trak_dist.distributed" in IMPORTS["trak_dist.evaluation"]  # lazy, in a function
+    assert "trak_dist.distributed.driver" in IMPORTS["trak_dist.distributed"]  # TYPE_CHECKING
     assert "launch.slurm" in IMPORTS["launch"]  # `from . import slurm`, inside main()
     assert "trak_dist.lds.SubsetTrainer" in IMPORTS["trak_dist.distributed.eval_driver"]
     assert under("trak_dist.cli.main", ("trak_dist.cli",))

@@ -203,7 +203,7 @@ def test_the_slurm_launcher_help_runs_from_any_directory(tmp_path: Path, argv: l
 def test_build_cuda_is_a_subcommand_with_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    assert cli.SUBCOMMANDS["build-cuda"] == "trak_dist._build_cuda:main"
+    assert cli.SUBCOMMANDS["build-cuda"] is _build_cuda.main
     code = _build_cuda.main(["--nvcc", str(tmp_path / "no-nvcc")])
     line = one_line_error(code, capsys.readouterr().err, "trak-dist build-cuda")
     assert "is not an executable" in line and "--nvcc" in line

@@ -12,8 +12,9 @@ from torch.utils.data import TensorDataset
 from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.cli import SweepSummary
 from trak_dist.lds import store_lds
-from trak_dist.pipeline import JobResult, Reducer, ScoreRequest
+from trak_dist.pipeline import JobResult, Reducer
 from trak_dist.report import summarize, to_markdown
+from trak_dist.scoring import ScoreRequest, ScoringConfig
 from trak_dist.store import FeatureStore
 from trak_dist.store._scores import ScoreSet
 
@@ -38,7 +39,7 @@ def scored(store_path):
     reducer = Reducer(str(store_path))
     reducer.factorize([0, 1], [P])
     variants = [
-        reducer.score(ScoreRequest("t", (0, 1), P, lam, "mean_abs", 4, 64, 64))
+        reducer.score(ScoreRequest(ScoringConfig("t", "mean_abs", 4, 64, 64), (0, 1), P, lam))
         for lam in ("auto", 0.5)
     ]
     result = JobResult(

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from trak_dist._resources import cuda_ext_dir
 from trak_dist.errors import TrakDistError
-from trak_dist.projection._cuda_lib import ENV_VAR, CudaLibrary, library_path
+from trak_dist.projection import CUDA_LIB_ENV as ENV_VAR
+from trak_dist.projection import CudaLibrary, library_path
 
 PROG = "trak-dist build-cuda"
 LIB = "libtrak_proj.so"

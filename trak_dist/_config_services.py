@@ -9,7 +9,7 @@ from typing import Any
 
 from trak_dist._validate import DEVICES, _one_of, _positive
 from trak_dist.errors import ConfigError
-from trak_dist.scoring._lambda import BEST, parse_lambda
+from trak_dist.scoring import BEST, parse_lambda
 
 GRID = "grid"  # eval.lambdas entry: a log grid around the auto λ (trak_dist.lds.expand_lambdas)
 

@@ -133,7 +133,7 @@ def run(
     if unknown:
         raise TypeError(f"run() got unknown sections {unknown}; known: {sorted(known)}.")
     cfg = dataclasses.replace(base, **sections)
-    from trak_dist.distributed.driver import run_job  # imports Ray: only when running
+    from trak_dist.distributed import run_job  # imports Ray: only when running
 
     result = run_job(cfg)
     return Attribution(cfg.store.path, cfg.scoring.exp_name, result.scores[0].variant, result)

@@ -4,9 +4,11 @@ mapping of named tensors (what Hugging Face tokenizers return), samples on dim 0
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.data import default_collate
 
 from trak_dist.errors import ConfigError
 
@@ -59,3 +61,12 @@ def micro_batches(batch: Batch, step: int | None) -> list[Batch]:
     size = batch_size(batch)
     step = size if step is None else step
     return [slice_batch(batch, i, i + step) for i in range(0, size, step)]
+
+
+def batch_of(dataset: Any, start: int, end: int) -> Batch:
+    """Items ``[start, end)`` collated: a list of batched tensors, or a dict of them when the
+    items are dicts (Hugging Face style)."""
+    batch = default_collate([dataset[i] for i in range(start, end)])
+    if isinstance(batch, Mapping):
+        return dict(batch)
+    return list(batch) if isinstance(batch, Sequence) else [batch]

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from trak_dist import failures
+from trak_dist import _build_cuda, _eval_cli, explain, failures, serve, store
 from trak_dist._compose import conf_dir  # registers the schema; conf_dir is also this module's
 from trak_dist._version import __version__
 from trak_dist.config import JobConfig
@@ -59,13 +60,15 @@ def sweep_width(argv: list[str]) -> list[str]:
 
 
 def _run(cfg: DictConfig) -> dict[str, Any]:
-    from trak_dist.distributed.driver import run_job
+    from trak_dist.distributed import run_job
+    from trak_dist.pipeline import resolve_inputs
     from trak_dist.report import summarize, to_markdown, write
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     job = OmegaConf.to_object(cfg)
     assert isinstance(job, JobConfig)  # the schema is JobConfig
+    job = resolve_inputs(job)  # the report reads the same datasets as the workers
     result = run_job(job, keep_alive=multirun)
     stem = Path(hc.runtime.output_dir) / job.report if job.report else None
     figure = None if stem is None else stem.with_suffix(".png")
@@ -206,30 +209,27 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-# ``trak-dist <name> …``: commands outside the Hydra job, each "module:function" taking the
-# remaining arguments and returning an exit code. Hydra's own argument parser sees everything
+# ``trak-dist <name> …``: every command outside the Hydra job, in this one table; each takes
+# the remaining arguments and returns an exit code. Hydra's own argument parser sees everything
 # else (overrides, -m, --help).
-SUBCOMMANDS: dict[str, str] = {
-    "build-cuda": "trak_dist._build_cuda:main",
-    "eval": "trak_dist._eval_cli:main",
-    "serve": "trak_dist.serve._cli:main",
-    "show": "trak_dist.explain._show:main",
-    "store": "trak_dist.store._cli:main",
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "build-cuda": _build_cuda.main,
+    "eval": _eval_cli.main,
+    "serve": serve.main,
+    "show": explain.main,
+    "store": store.main,
 }
 
 
 def _subcommand(argv: list[str]) -> int | None:
     if len(argv) < 2 or argv[1] not in SUBCOMMANDS:
         return None
-    import importlib
-
-    module, _, name = SUBCOMMANDS[argv[1]].partition(":")
-    return int(getattr(importlib.import_module(module), name)(argv[2:]))
+    return int(SUBCOMMANDS[argv[1]](argv[2:]))
 
 
 def version() -> str:
     """``trak-dist --version``: this trak_dist and the store format it writes."""
-    from trak_dist.store._spec import FORMAT_VERSION
+    from trak_dist.store import FORMAT_VERSION
 
     return f"trak-dist {__version__} (store format version {FORMAT_VERSION})"
 

@@ -1,4 +1,6 @@
-"""Job configuration: frozen dataclasses, one per concern, validated on construction.
+"""Job configuration: frozen dataclasses, one per concern, validated on construction. Data only:
+nothing here reads a file or imports a model; ``trak_dist.pipeline.resolve_inputs`` turns the
+paths into what the workers load (``model=hf``, ``data=text``).
 
 The same classes are the Python API's arguments and the Hydra CLI's structured configs
 (``trak_dist._compose`` registers them), so YAML and Python agree. Fields typed ``Any`` take either
@@ -18,15 +20,8 @@ from trak_dist._validate import DEVICES, _one_of, _positive
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import ENGINES
 from trak_dist.projection import BACKENDS, ProjectionKind
-from trak_dist.scoring import (
-    BLOCK_ROWS,
-    FULL_MAX_BYTES,
-    KINV_SCALINGS,
-    MEMORY_DEFAULT,
-    WRITE_MODES,
-    parse_bytes,
-    parse_lambda,
-)
+from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
+from trak_dist.scoring import parse_lambda
 from trak_dist.store import CODECS
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
@@ -64,21 +59,6 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _one_of(self, "dtype", HF_DTYPES)
-        if self.factory in ("hf", HF_FACTORY):
-            # the factory builds the first checkpoint's architecture on every worker, so it
-            # needs the checkpoints and options; refreshed on every construction (a
-            # dataclasses.replace of checkpoints must not keep the old ones)
-            from trak_dist.hf import absolute  # only model=hf needs transformers
-
-            # absolute here, on the driver: workers may run in another directory
-            hf_kwargs = {
-                "checkpoints": absolute(self.checkpoints),
-                "dtype": self.dtype,
-                "base": None if self.base is None else absolute(self.base)[0],
-                "trust_remote_code": self.trust_remote_code,
-            }
-            object.__setattr__(self, "factory", HF_FACTORY)
-            object.__setattr__(self, "kwargs", {**self.kwargs, **hf_kwargs})
 
 
 @dataclass(frozen=True)
@@ -216,46 +196,6 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
-class ScoringConfig:
-    """Which targets are scored and how.
-
-    Attributes:
-        write_scores: ``full`` (S ``[n, m]`` and the top-k), ``topk`` (only the top-k
-            proponents and opponents, exact) or ``auto`` (full while S is at most
-            ``full_max_bytes``; default 2 GiB, what ``scores()`` can still read whole).
-        memory: what one scoring process may hold (bytes, or ``"1GiB"``): the target
-            super-block, which X is read once for, is as wide as fits.
-        block_rows: train rows per score task (the unit spread over workers and resumed).
-    """
-
-    exp_name: str = "targets"
-    kinv_scaling: str = "mean_abs"
-    topk: int = 10
-    train_block: int = 4096
-    target_block: int = 1024
-    device: str = "cpu"
-    write_scores: str = "auto"
-    full_max_bytes: int = FULL_MAX_BYTES
-    memory: str = MEMORY_DEFAULT
-    block_rows: int = BLOCK_ROWS
-
-    def __post_init__(self) -> None:
-        _one_of(self, "kinv_scaling", KINV_SCALINGS)
-        _one_of(self, "write_scores", WRITE_MODES)
-        _positive(self, "topk", "train_block", "target_block", "full_max_bytes", "block_rows")
-        parse_bytes(self.memory, "scoring.memory")
-        if not self.exp_name or "/" in self.exp_name:
-            raise ConfigError(
-                f"scoring.exp_name={self.exp_name!r}; expected a non-empty name without '/' "
-                "(it names the store group the scores go to)."
-            )
-
-    @property
-    def memory_bytes(self) -> int:
-        return parse_bytes(self.memory, "scoring.memory")
-
-
-@dataclass(frozen=True)
 class ClusterConfig:
     """Where workers run.
 
@@ -327,11 +267,6 @@ class JobConfig:
                 f"{self.store.chunk_rows}; shards must cover whole chunks (concurrent writers "
                 "must never share a chunk)."
             )
-
-        if self.data.format == "text":
-            from trak_dist.hf import text_sources  # only text jobs need transformers
-
-            object.__setattr__(self, "data", text_sources(self.data, self.model, self.task.name))
 
     @property
     def featurize_dim(self) -> int:

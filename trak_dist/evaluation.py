@@ -53,7 +53,7 @@ from trak_dist.lds import (
 from trak_dist.store import FeatureStore
 
 if TYPE_CHECKING:  # the driver imports Ray: only when running
-    from trak_dist.distributed.eval_driver import EvalRun
+    from trak_dist.distributed import EvalRun
 
 __all__ = ["Evaluation", "evaluate", "evaluate_config"]
 
@@ -88,11 +88,10 @@ def evaluate_config(
     best λ per proj_dim in the store; with ``output_dir``, the table and plot are written
     there."""
     # imports Ray: only when running
-    from trak_dist.distributed.eval_driver import run_eval
-    from trak_dist.pipeline import absolute_store
-    from trak_dist.pipeline.executor import reducer_device
+    from trak_dist.distributed import run_eval
+    from trak_dist.pipeline import reducer_device, resolve_inputs
 
-    cfg = absolute_store(cfg)
+    cfg = resolve_inputs(cfg)
     # before training: a λ the store cannot score fails in seconds, not after M models
     scored = score_lambdas(cfg, reducer_device(cfg))
     run = run_eval(cfg, on_model)

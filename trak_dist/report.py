@@ -13,7 +13,7 @@ import numpy as np
 
 from trak_dist._version import __version__
 from trak_dist.errors import StoreStateError
-from trak_dist.explain._show import shorten
+from trak_dist.explain import shorten
 from trak_dist.pipeline import JobResult
 from trak_dist.scoring import AUTO, auto_rule
 from trak_dist.sources import build_dataset

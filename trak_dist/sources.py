@@ -6,15 +6,13 @@ import glob
 import importlib
 import pickle
 import zipfile
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import default_collate
 
-from trak_dist.batches import Batch
+from trak_dist.batches import batch_of as batch_of  # re-exported: workers' import
 from trak_dist.errors import ConfigError
 from trak_dist.failures import gist
 
@@ -122,12 +120,3 @@ def build_dataset(ref: Any, kwargs: dict[str, Any], what: str) -> Any:
             "__getitem__ returning a tuple of tensors)."
         )
     return ds
-
-
-def batch_of(dataset: Any, start: int, end: int) -> Batch:
-    """Items ``[start, end)`` collated: a list of batched tensors, or a dict of them when the
-    items are dicts (Hugging Face style)."""
-    batch = default_collate([dataset[i] for i in range(start, end)])
-    if isinstance(batch, Mapping):
-        return dict(batch)
-    return list(batch) if isinstance(batch, Sequence) else [batch]

@@ -19,10 +19,10 @@ from trak_dist.compat import (
     RowTracker,
     SaverView,
     TrakerGradients,
+    adapt_gradient_computer,
     adapt_projector,
     fold_all,
     fold_targets,
-    make_computer,
     make_featurizer,
     own_projector,
     projection_name,
@@ -30,11 +30,10 @@ from trak_dist.compat import (
     writer_name,
 )
 from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, TrakerUsageError
-from trak_dist.gradients import GradientComputer
-from trak_dist.gradients import make_computer as engine_computer
-from trak_dist.pipeline import Reducer, ScoreRequest
+from trak_dist.gradients import GradientComputer, make_computer
+from trak_dist.pipeline import Reducer
 from trak_dist.projection import Projector
-from trak_dist.scoring import parse_lambda
+from trak_dist.scoring import ScoreRequest, ScoringConfig, parse_lambda
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -120,7 +119,7 @@ class TRAKer:
         dtype = torch.float16 if use_half_precision else torch.float32
         self.computer: GradientComputer | TrakerGradients
         if gradient_computer is None:
-            self.computer = engine_computer(
+            self.computer = make_computer(
                 self.model, self.task, grad_wrt, self.device, gradient_engine
             )
         elif gradient_engine == "hooks":
@@ -129,7 +128,7 @@ class TRAKer:
                 "choose how gradients are computed; pass one of them."
             )
         else:
-            self.computer = make_computer(
+            self.computer = adapt_gradient_computer(
                 gradient_computer, self.model, self.task, grad_wrt, device, dtype
             )
         d = self.computer.layout.grad_dim
@@ -281,15 +280,10 @@ class TRAKer:
         ready = fold_targets(self.store, exp_name, ids, self._fingerprints, allow_skip)
         self.finalize_features(ready)
         # traker returns the whole [n, m] matrix, whatever its size
-        request = ScoreRequest(
-            exp_name,
-            tuple(ready),
-            self.proj_dim,
-            self.lambda_reg,
-            self.kinv_scaling,
-            self.topk,
-            write_scores="full",
+        scoring = ScoringConfig(
+            exp_name=exp_name, kinv_scaling=self.kinv_scaling, topk=self.topk, write_scores="full"
         )
+        request = ScoreRequest(scoring, tuple(ready), self.proj_dim, self.lambda_reg)
         sset = self.store.score_set(exp_name, self.reducer.score(request).variant)
         if sset is None:  # just written: only a concurrent overwrite removes it
             raise StoreStateError(f"the scores of {exp_name!r} vanished from {self.save_dir}.")

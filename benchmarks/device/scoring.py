@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from benchmarks.device._section import Section, seconds_per_call
-from trak_dist.pipeline import Reducer, ScoreRequest
+from trak_dist.pipeline import Reducer
+from trak_dist.scoring import ScoreRequest, ScoringConfig
 from trak_dist.store import FeatureSpec, FeatureStore
 
 SIZES = {"gpu": (1_000_000, 10_000, 4096, 4096, 65536), "dry": (4096, 256, 64, 256, 1024)}
@@ -116,7 +117,7 @@ def main() -> int:
         store = FeatureStore.create_or_open(root / "s.zarr", spec(n, p, chunk))
         if not fill(s, store, n, m, p, min(mm_rows, n)):
             return s.done()
-        request = ScoreRequest(EXP, (0,), p, LAMBDA, write_scores="topk")
+        request = ScoreRequest(ScoringConfig(exp_name=EXP, write_scores="topk"), (0,), p, LAMBDA)
         t0 = time.perf_counter()
         result = Reducer(store, s.device).score(request)
         seconds = time.perf_counter() - t0

@@ -27,14 +27,13 @@ from trak_dist.errors import StoreStateError
 from trak_dist.pipeline import (
     BlockScorer,
     JobResult,
-    ScoreRequest,
-    ScoreResult,
     Worker,
     finish_from_store,
     merge_from_store,
     prepare,
     prepare_from_store,
 )
+from trak_dist.scoring import ScoreResult
 from trak_dist.store import FeatureStore, variant_name
 
 N_TRAIN, N_TARGETS = 1500, 297
@@ -101,9 +100,6 @@ def test_results_are_typed_and_a_rerun_reuses_everything(tmp_path, digits_checkp
     assert again.rows_computed == {"train": 0, "target": 0}
     assert again.rows_reused == {"train": 2 * N_TRAIN, "target": 2 * N_TARGETS}
     np.testing.assert_array_equal(job_scores(cfg), scores)
-    assert ScoreRequest.of(cfg, [0, 1], P, LAMBDA) == ScoreRequest(
-        "targets", (0, 1), P, LAMBDA, "mean_abs", 10, 4096, 1024
-    )
 
 
 def test_finish_from_store_scores_what_plain_workers_committed(tmp_path, digits_checkpoints):

@@ -476,7 +476,7 @@ def test_scoring_guards_keep_existing_scores(tmp_path):
     block is no error: the block-wise merge keeps the exact top-k (TRAKer path, no Ray)."""
     from tests.fixtures.helpers import classification_data, mlp
     from trak_dist import TRAKer
-    from trak_dist.scoring import compute_scores
+    from trak_dist.scoring import ScoringConfig, compute_scores
 
     model = mlp()
     x, y = classification_data(40)
@@ -499,13 +499,13 @@ def test_scoring_guards_keep_existing_scores(tmp_path):
     store = t.store
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ConfigError, match="lambda_reg="):
-            compute_scores(store, "exp", [0], 16, bad)
+            compute_scores(store, ScoringConfig(exp_name="exp"), [0], 16, bad)
     kept = store.score_set("exp", variant_name(16, 1e-2))
     assert kept is not None
     np.testing.assert_array_equal(kept.scores(), before)
     assert torch.isfinite(torch.as_tensor(before)).all()
 
-    small = compute_scores(store, "exp", [0], 16, 1e-2, topk=20, train_block=8)
+    small = compute_scores(store, ScoringConfig("exp", topk=20, train_block=8), [0], 16, 1e-2)
     np.testing.assert_array_equal(small.scores(), before)  # same blocks' sums, same order
     top = small.read_topk()
     np.testing.assert_array_equal(top["proponents_val"], -np.sort(-before, axis=0)[:20].T)
@@ -520,7 +520,7 @@ def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
     scores are those of the intact factor (TRAKer path, no Ray)."""
     from tests.fixtures.helpers import classification_data, mlp
     from trak_dist import TRAKer
-    from trak_dist.scoring import Factorization, auto_lambda, compute_scores, gram
+    from trak_dist.scoring import Factorization, ScoringConfig, auto_lambda, compute_scores, gram
 
     x = np.random.default_rng(3).standard_normal((50, 8))
     xtx = gram(x)
@@ -555,7 +555,7 @@ def test_auto_lambda_never_comes_from_a_non_finite_spectrum(tmp_path):
     stored = t.store.root["train/0/factor/p16/eigenvalues"]
     lam = t.store.score_set("exp", variant_name(16, "auto")).group.attrs["lambdas"]
     stored[3] = np.nan  # a damaged stored factor
-    again = compute_scores(t.store, "exp", [0], 16, "auto")
+    again = compute_scores(t.store, ScoringConfig(exp_name="exp"), [0], 16, "auto")
     assert again.group.attrs["lambdas"] == lam
     np.testing.assert_array_equal(again.scores(), before)
     assert np.isfinite(before).all()

@@ -20,6 +20,7 @@ from tests.fixtures import llm_models
 from trak_dist import TRAKer
 from trak_dist.config import DataConfig, JobConfig, ModelConfig, TaskConfig
 from trak_dist.hf import from_checkpoints, load_state
+from trak_dist.pipeline import resolve_inputs
 from trak_dist.sources import batch_of
 from trak_dist.store import FeatureStore
 
@@ -47,12 +48,14 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def api_scores(root: Path, ckpts: list[Path], dtype: str = "float32") -> np.ndarray:
     """TRAKer on the batches ``data=text`` builds, checkpoint by checkpoint."""
-    cfg = JobConfig(
-        model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts], dtype=dtype),
-        data=DataConfig(
-            format="text", train=str(root / "train.jsonl"), targets=str(root / "targets.jsonl")
-        ),
-        task=TaskConfig(name="causal_lm"),
+    cfg = resolve_inputs(
+        JobConfig(
+            model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts], dtype=dtype),
+            data=DataConfig(
+                format="text", train=str(root / "train.jsonl"), targets=str(root / "targets.jsonl")
+            ),
+            task=TaskConfig(name="causal_lm"),
+        )
     )
     train, targets = cfg.data.train(), cfg.data.targets()
     # as a Ray worker with cpus_per_worker=1 computes: one thread (another thread count sums

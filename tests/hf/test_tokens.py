@@ -17,6 +17,7 @@ from trak_dist.config import (
     TaskConfig,
 )
 from trak_dist.explain._tokens import TokenExplainer, token_batch
+from trak_dist.pipeline import resolve_inputs
 from trak_dist.store import FeatureStore
 
 PLANTED = 25  # the train row that states the planted span
@@ -64,17 +65,19 @@ def test_token_scores_sum_to_the_example_scores(tmp_path):
     ]
     out = run_cli(args, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    cfg = JobConfig(
-        proj_dim=64,
-        model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts]),
-        data=DataConfig(
-            format="text",
-            train=str(tmp_path / "train.jsonl"),
-            targets=str(tmp_path / "targets.jsonl"),
-        ),
-        task=TaskConfig(name="causal_lm"),
-        featurize=FeaturizeConfig(half_precision=False),
-        store=StoreConfig(path=str(tmp_path / "trak_store.zarr")),
+    cfg = resolve_inputs(
+        JobConfig(
+            proj_dim=64,
+            model=ModelConfig(factory="hf", checkpoints=[str(c) for c in ckpts]),
+            data=DataConfig(
+                format="text",
+                train=str(tmp_path / "train.jsonl"),
+                targets=str(tmp_path / "targets.jsonl"),
+            ),
+            task=TaskConfig(name="causal_lm"),
+            featurize=FeaturizeConfig(half_precision=False),
+            store=StoreConfig(path=str(tmp_path / "trak_store.zarr")),
+        )
     )
     train = cfg.data.train()
     scores = FeatureStore.open(cfg.store.path, mode="r").score_set("targets", "p64_lambdaauto")

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from launch._ray_cluster import evaluate_and_report
 from launch.slurm import submit_array, submit_ray
 from tests.fixtures import llm_models
 from tests.fixtures.clusters import LOOPBACK_ENV, free_port
@@ -242,7 +243,7 @@ def test_ray_mode_evaluates_inside_the_allocation(slurm, tmp_path, digits_checkp
         port=free_port(),
         head_ip="127.0.0.1",
         timeout_min=10,
-        command="eval",
+        drive=evaluate_and_report,
     )
     summary = job.result()
     assert (summary["trained"], summary["reused"]) == (6, 0)

@@ -13,8 +13,15 @@ from scipy.stats import spearmanr
 from tests.lds.test_eval import job
 from trak_dist.config import EvalConfig, JobConfig
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.scoring import AUTO_SCALE, BEST, compute_scores, parse_lambda
-from trak_dist.store import FeatureStore, recorded_best
+from trak_dist.scoring import (
+    AUTO_SCALE,
+    BEST,
+    ScoreRequest,
+    ScoringConfig,
+    compute_scores,
+    parse_lambda,
+)
+from trak_dist.store import FeatureStore
 
 P = 64  # the digits_store fixture's proj_dim
 
@@ -43,8 +50,36 @@ def test_best_without_a_record_says_what_to_run(digits_store, tmp_path):
     store = FeatureStore.open(path)
     before = store.score_variants("targets")
     with pytest.raises(StoreStateError, match=r"no best λ is recorded .* `trak-dist eval "):
-        compute_scores(store, "targets", [0, 1], P, "best")
+        compute_scores(store, ScoringConfig(), [0, 1], P, "best")
     assert store.score_variants("targets") == before  # nothing scored, no fallback to auto
+
+
+def test_the_sweep_scores_with_the_job_s_scoring_settings(digits_store, tmp_path):
+    """``eval.lambdas`` are scored with the job's whole ``scoring`` section: its memory budget
+    (targets per pass over X), block rows, what is written and top-k, as ``trak-dist`` would."""
+    from trak_dist.lds import score_lambdas
+
+    path = tmp_path / "store.zarr"
+    shutil.copytree(digits_store, path)
+    c, tb, trb, k = 2, 64, 128, 5
+    fits = 100  # targets the budget holds: super-blocks of 64 (whole target blocks), 5 passes
+    memory = 4 * c * trb * P + 16 * trb * tb + fits * (4 * c * P + 48 * k)
+    scoring = ScoringConfig(
+        train_block=trb, target_block=tb, topk=k, memory=str(memory), block_rows=256,
+        write_scores="topk",
+    )  # fmt: skip
+    cfg = dataclasses.replace(job(path, lambdas=[0.5]), proj_dim=P, scoring=scoring)
+    assert score_lambdas(cfg) == ["p64_lambda0.5"]
+    sset = FeatureStore.open(path).score_set("targets", "p64_lambda0.5")
+    attrs = sset.attrs
+    assert (attrs["super_block"], attrs["block_rows"], attrs["topk"]) == (64, 256, k)
+    assert not sset.full and attrs["write_scores_asked"] == "topk"
+    # the same bits as the score step with those settings, run directly on a copy
+    again = tmp_path / "again.zarr"
+    shutil.copytree(digits_store, again)
+    ref = compute_scores(FeatureStore.open(again), scoring, [0, 1], P, 0.5)
+    for key, value in ref.read_topk().items():
+        np.testing.assert_array_equal(sset.read_topk()[key], value)
 
 
 def independent_lds(store: FeatureStore, name: str, masks, margins) -> float:
@@ -60,8 +95,7 @@ def test_a_lambda_sweep_is_scored_from_the_store_measured_recorded_and_used(
 ):
     from trak_dist.evaluation import evaluate_config
     from trak_dist.explain._tokens import job_score_set
-    from trak_dist.pipeline.reducer import Reducer
-    from trak_dist.pipeline.results import ScoreRequest
+    from trak_dist.pipeline import Reducer
 
     path = tmp_path / "store.zarr"
     shutil.copytree(digits_store, path)
@@ -104,7 +138,7 @@ def test_a_lambda_sweep_is_scored_from_the_store_measured_recorded_and_used(
     top = max(want, key=want.__getitem__)
 
     # the best is recorded in the store, with what it was measured on and when
-    (rec,) = recorded_best(store.eval_set("targets")).values()
+    (rec,) = store.eval_set("targets").best_lambdas().values()
     assert rec == ev.recorded[P]
     written = json.loads((tmp_path / "lds" / "lds.json").read_text())
     assert written["recorded_best_lambda"] == {str(P): rec} and written["best"] == top
@@ -117,13 +151,13 @@ def test_a_lambda_sweep_is_scored_from_the_store_measured_recorded_and_used(
     # lambda_reg=best: the recorded λ, wherever a job's λ is used
     best_cfg = dataclasses.replace(cfg, lambda_reg="best")
     measured = store.score_set("targets", top).scores()
-    result = Reducer(store).score(ScoreRequest.of(best_cfg, [0, 1], P, best_cfg.lambda_reg))
+    result = Reducer(store).score(ScoreRequest(best_cfg.scoring, (0, 1), P, best_cfg.lambda_reg))
     assert result.variant == top and result.lambda_reg == rec["lambda_reg"]
     again = store.score_set("targets", top)
     assert again.attrs["lambda_rule"].startswith(f"best by LDS ({rec['lds']:.3f}) among ")
     np.testing.assert_allclose(again.scores(), measured, rtol=1e-6, atol=0)  # the same λ
     assert job_score_set(best_cfg, store).group.basename == top
     with pytest.raises(StoreStateError, match=r"measured with scoring.kinv_scaling='mean_abs'"):
-        compute_scores(store, "targets", [0, 1], P, "best", kinv_scaling="none")
+        compute_scores(store, ScoringConfig(kinv_scaling="none"), [0, 1], P, "best")
     with pytest.raises(StoreStateError, match=r"at proj_dim=32 .*for proj_dim 64\)"):
-        compute_scores(store, "targets", [0, 1], 32, "best")
+        compute_scores(store, ScoringConfig(), [0, 1], 32, "best")

@@ -3,10 +3,11 @@ import pytest
 
 from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import StoreStateError
-from trak_dist.scoring import compute_scores, xtx_from_rows
+from trak_dist.scoring import ScoringConfig, compute_scores, xtx_from_rows
 from trak_dist.store import FeatureStore
 
 N, M, P = 150, 23, 12
+T = ScoringConfig(exp_name="t")
 
 
 def filled_store(path, ids=(0, 1), seed=0):
@@ -46,17 +47,8 @@ def dense(data, p, lam, scaling=True):
 @pytest.mark.parametrize(("p", "lam", "scaling"), [(P, 0.0, "mean_abs"), (5, 0.5, "none")])
 def test_block_scores_equal_a_dense_solve(store_path, train_block, target_block, p, lam, scaling):
     store, data = filled_store(store_path)
-    sset = compute_scores(
-        store,
-        "t",
-        [0, 1],
-        p,
-        lam,
-        scaling,
-        topk=4,
-        train_block=train_block,
-        target_block=target_block,
-    )
+    settings = ScoringConfig("t", scaling, 4, train_block=train_block, target_block=target_block)
+    sset = compute_scores(store, settings, [0, 1], p, lam)
     ref = dense(data, p, lam, scaling == "mean_abs")
     np.testing.assert_allclose(sset.scores(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     top = sset.read_topk()
@@ -73,10 +65,10 @@ def test_block_scores_equal_a_dense_solve(store_path, train_block, target_block,
 
 def test_factor_is_reused_across_lambdas(store_path):
     store, _ = filled_store(store_path, ids=(0,))
-    compute_scores(store, "t", [0], P, 0.1)
+    compute_scores(store, T, [0], P, 0.1)
     assert store.read_factor(0, P) is not None
     del store.root["train/0/xtx"]  # a recomputation would now fail
-    sset = compute_scores(store, "t", [0], P, 1.0)
+    sset = compute_scores(store, T, [0], P, 1.0)
     assert np.isfinite(sset.scores()).all()
 
 
@@ -84,6 +76,6 @@ def test_scoring_unfinished_features_is_an_error(store_path):
     store, _ = filled_store(store_path, ids=(0,))
     store.ensure_checkpoint(5)
     with pytest.raises(StoreStateError, match="model_id=5"):
-        compute_scores(store, "t", [0, 5], P, 0.1)
+        compute_scores(store, T, [0, 5], P, 0.1)
     with pytest.raises(StoreStateError, match="exceeds"):
-        compute_scores(store, "t", [0], P + 1, 0.1)
+        compute_scores(store, T, [0], P + 1, 0.1)

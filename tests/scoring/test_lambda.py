@@ -11,6 +11,7 @@ from trak_dist.errors import ConfigError, IllConditionedError
 from trak_dist.scoring import (
     AUTO_SCALE,
     Factorization,
+    ScoringConfig,
     auto_lambda,
     compute_scores,
     gram,
@@ -58,7 +59,7 @@ def test_auto_is_never_singular_where_zero_is():
 
 def test_auto_scores_equal_a_dense_solve_with_the_rule_per_checkpoint(store_path):
     store, data = filled_store(store_path)
-    sset = compute_scores(store, "t", [0, 1], None, "auto", topk=3)
+    sset = compute_scores(store, ScoringConfig("t", topk=3), [0, 1], None, "auto")
     assert sset.group.basename == "p12_lambdaauto" == variant_name(12, "auto")
     lambdas = [rule_from_rows(x) for x, _, _ in data.values()]
     assert sset.attrs["lambda_reg"] == "auto"
@@ -71,7 +72,7 @@ def test_auto_scores_equal_a_dense_solve_with_the_rule_per_checkpoint(store_path
         qbar = qbar + q
     ref = s / 2 * (qbar / 2)[:, None]
     np.testing.assert_allclose(sset.scores(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    fixed = compute_scores(store, "t", [0, 1], None, 0.5)
+    fixed = compute_scores(store, ScoringConfig("t"), [0, 1], None, 0.5)
     np.testing.assert_allclose(fixed.attrs["lambdas"], [0.5, 0.5])
     assert fixed.group.basename == "p12_lambda0.5"
     ref = dense(data, 12, 0.5)
@@ -82,7 +83,7 @@ def test_a_failed_auto_rescoring_keeps_the_previous_set_and_its_lambdas(store_pa
     from trak_dist.store._scores import ScoreSet
 
     store, _ = filled_store(store_path)
-    first = compute_scores(store, "t", [0, 1], None, "auto", topk=3)
+    first = compute_scores(store, ScoringConfig("t", topk=3), [0, 1], None, "auto")
     before = first.scores()
     first.group.attrs["lambdas"] = [1.0, 2.0]  # marks the set in place before the rescoring
 
@@ -91,7 +92,7 @@ def test_a_failed_auto_rescoring_keeps_the_previous_set_and_its_lambdas(store_pa
 
     monkeypatch.setattr(ScoreSet, "write_topk", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        compute_scores(store, "t", [0, 1], None, "auto", topk=3)
+        compute_scores(store, ScoringConfig("t", topk=3), [0, 1], None, "auto")
     # the λs of the new set went into its partial group, removed with it
     kept = store.score_set("t", "p12_lambdaauto")
     assert kept is not None and kept.complete

@@ -2,6 +2,7 @@
 per target super-block of the memory budget, block tasks that give the same bits however the
 rows are split, and a scoring that resumes from its committed blocks."""
 
+import dataclasses
 import itertools
 import math
 import subprocess
@@ -14,8 +15,8 @@ import torch
 from tests.fixtures.synthetic import synthetic_spec
 from tests.scoring.test_blocks import dense
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.pipeline import Reducer, ScoreRequest
-from trak_dist.scoring import ScorePlan, compute_scores, xtx_from_rows
+from trak_dist.pipeline import Reducer
+from trak_dist.scoring import ScorePlan, ScoreRequest, ScoringConfig, compute_scores, xtx_from_rows
 from trak_dist.scoring._topk import block_topk, merge, merge_above
 from trak_dist.store import FeatureStore
 from trak_dist.store._verify import verify
@@ -57,7 +58,7 @@ def exact_topk(s, k):
 
 def request(**kw):
     base = {"train_block": 128, "target_block": 64, "topk": K}
-    return ScoreRequest("t", (0, 1), P, 0.1, **{**base, **kw})
+    return ScoreRequest(ScoringConfig("t", **{**base, **kw}), (0, 1), P, 0.1)
 
 
 def test_topk_only_equals_the_full_matrix_topk_and_a_dense_solve(store_path):
@@ -104,8 +105,8 @@ def test_auto_writes_s_only_below_full_max_bytes(store_path):
     small = request(full_max_bytes=4 * N * M)
     big = request(full_max_bytes=4 * N * M - 1)
     one = dict(model_ids=(0,))
-    assert Reducer(store).score(ScoreRequest(**{**vars(small), **one})).write_scores == "full"
-    assert Reducer(store).score(ScoreRequest(**{**vars(big), **one})).write_scores == "topk"
+    assert Reducer(store).score(dataclasses.replace(small, **one)).write_scores == "full"
+    assert Reducer(store).score(dataclasses.replace(big, **one)).write_scores == "topk"
 
 
 @pytest.mark.parametrize("targets_per_pass", [64, 128, 300])
@@ -116,7 +117,9 @@ def test_x_is_read_once_per_super_block_of_the_budget(store_path, targets_per_pa
     c, tb, trb = 2, 64, 128
     fixed = 4 * c * trb * P + 16 * trb * tb
     memory = fixed + targets_per_pass * (4 * c * P + 48 * K)
-    plan = ScorePlan.of(N, M, P, c, K, trb, tb, memory)
+    plan = ScorePlan.of(
+        N, M, P, c, ScoringConfig(topk=K, train_block=trb, target_block=tb, memory=memory)
+    )
     assert plan.super_block == min(M, targets_per_pass)
     result = Reducer(store).score(request(memory=memory, write_scores="topk"))
     passes = math.ceil(M / plan.super_block)
@@ -134,16 +137,17 @@ def test_x_is_read_once_per_super_block_of_the_budget(store_path, targets_per_pa
 
 def test_a_budget_below_one_block_is_a_clear_error():
     with pytest.raises(ConfigError, match=r"scoring.memory=1000 bytes .* needs \d+ bytes"):
-        ScorePlan.of(N, M, P, 2, K, 128, 64, 1000)
+        ScorePlan.of(
+            N, M, P, 2, ScoringConfig(topk=K, train_block=128, target_block=64, memory=1000)
+        )
 
 
 def test_the_split_into_blocks_does_not_change_a_bit(store_path):
     store, _ = mid_store(store_path)
-    one = compute_scores(store, "t", [0, 1], P, 0.1, topk=K, train_block=128, target_block=64,
-                         write_scores="full", block_rows=N)  # fmt: skip
+    settings = ScoringConfig("t", topk=K, train_block=128, target_block=64, write_scores="full")
+    one = compute_scores(store, dataclasses.replace(settings, block_rows=N), [0, 1], P, 0.1)
     s1, t1 = one.scores(), one.read_topk()
-    many = compute_scores(store, "t", [0, 1], P, 0.1, topk=K, train_block=128, target_block=64,
-                          write_scores="full", block_rows=128)  # fmt: skip
+    many = compute_scores(store, dataclasses.replace(settings, block_rows=128), [0, 1], P, 0.1)
     np.testing.assert_array_equal(many.scores(), s1)
     for key, v in many.read_topk().items():
         np.testing.assert_array_equal(v, t1[key])
@@ -191,7 +195,8 @@ def test_a_second_scoring_of_the_variant_fails_at_once_while_one_runs(store_path
         "-c",
         "import sys\n"
         "from trak_dist.errors import StoreStateError\n"
-        "from trak_dist.pipeline import Reducer, ScoreRequest\n"
+        "from trak_dist.pipeline import Reducer\n"
+        "from trak_dist.scoring import ScoreRequest, ScoringConfig\n"
         "try:\n"
         f"    Reducer({str(store_path)!r}).prepare_scores({req!r})\n"
         "except StoreStateError as e:\n"

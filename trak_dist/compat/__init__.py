@@ -4,7 +4,7 @@ TRAKer's per-batch steps, and a read-only ``saver`` view."""
 
 from trak_dist.compat._batches import fold_targets, write_batch
 from trak_dist.compat._featurizer import DirectFeaturizer, make_featurizer
-from trak_dist.compat._gradients import TrakerGradients, make_computer
+from trak_dist.compat._gradients import TrakerGradients, adapt_gradient_computer
 from trak_dist.compat._projector import (
     TrakerProjector,
     adapt_projector,
@@ -20,10 +20,10 @@ __all__ = [
     "SaverView",
     "TrakerGradients",
     "TrakerProjector",
+    "adapt_gradient_computer",
     "adapt_projector",
     "fold_all",
     "fold_targets",
-    "make_computer",
     "make_featurizer",
     "own_projector",
     "projection_name",

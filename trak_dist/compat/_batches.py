@@ -13,8 +13,7 @@ from trak_dist.compat._featurizer import DirectFeaturizer
 from trak_dist.compat._tracker import RowTracker, fold_all
 from trak_dist.errors import ConfigError, LabelError, StoreStateError
 from trak_dist.featurize import Featurizer
-from trak_dist.store import FeatureStore, row_hashes, store_lock
-from trak_dist.store._hashes import check_unchanged
+from trak_dist.store import FeatureStore, check_unchanged, row_hashes, store_lock
 
 logger = logging.getLogger("trak_dist")
 

@@ -66,7 +66,7 @@ class TrakerGradients:
         return q.detach().reshape(-1).to(torch.float32)
 
 
-def make_computer(
+def adapt_gradient_computer(
     gradient_computer: Any,
     model: nn.Module,
     task: Any,

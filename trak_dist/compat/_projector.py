@@ -11,13 +11,13 @@ from torch import nn
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import ParamLayout, kronecker_views
 from trak_dist.projection import (
+    GradInput,
     IdentityProjector,
     ProjectionKind,
     Projector,
     as_blocks,
     make_projector,
 )
-from trak_dist.projection._base import GradInput
 
 
 class TrakerProjector(Projector):

@@ -1,16 +1,35 @@
 """The Ray executor of the pipeline: worker and reducer actors, the driver loop, its retry
 policy and Ctrl-C handling, and the eval driver. Plain classes re-exported from
-``trak_dist.pipeline``."""
+``trak_dist.pipeline``. Importing this package does not import Ray: the driver and the eval
+driver load on first use of their names."""
+
+from typing import TYPE_CHECKING
 
 from trak_dist.pipeline import JobResult, Reducer, ShardResult, ShardTask, Worker
 
-__all__ = ["JobResult", "RayExecutor", "Reducer", "ShardResult", "ShardTask", "Worker", "run_job"]
+if TYPE_CHECKING:
+    from trak_dist.distributed.driver import RayExecutor, run_job
+    from trak_dist.distributed.eval_driver import EvalRun, run_eval
+
+__all__ = [
+    "EvalRun",
+    "JobResult",
+    "RayExecutor",
+    "Reducer",
+    "ShardResult",
+    "ShardTask",
+    "Worker",
+    "run_eval",
+    "run_job",
+]
+_LAZY = {"run_job": "driver", "RayExecutor": "driver", "run_eval": "eval_driver"}
+_LAZY["EvalRun"] = "eval_driver"
 
 
 def __getattr__(name: str) -> object:
-    # the driver imports Ray; load it only when asked for, so the plain classes stay Ray-free
-    if name in ("run_job", "RayExecutor"):
-        from trak_dist.distributed import driver
+    # the drivers import Ray: loaded only when asked for, so the plain classes stay Ray-free
+    if name in _LAZY:
+        import importlib
 
-        return getattr(driver, name)
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(name)

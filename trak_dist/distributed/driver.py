@@ -20,20 +20,19 @@ from trak_dist.distributed import _ray
 from trak_dist.distributed._policy import RetryPolicy
 from trak_dist.distributed._score_loop import OnBlock, run_blocks
 from trak_dist.distributed._state import DriverState
-from trak_dist.errors import NonFiniteError, WorkerFailedError
+from trak_dist.errors import WorkerFailedError
 from trak_dist.pipeline import (
     Executor,
     FeaturizeReport,
     JobResult,
+    OnShard,
     Prepared,
-    ScoreRequest,
-    ScoreResult,
     ShardResult,
     ShardTask,
+    TrainShardsLeft,
     run_pipeline,
 )
-from trak_dist.pipeline import absolute_store as _absolute_store  # noqa: F401  (eval_driver)
-from trak_dist.pipeline.executor import OnShard, TrainShardsLeft
+from trak_dist.scoring import BlockResult, BlockTask, ScoreRequest, ScoreResult, score_step
 
 POLL_S = 1.0
 
@@ -112,19 +111,29 @@ class RayExecutor(Executor):
         return result
 
     def score(self, request: ScoreRequest) -> ScoreResult:
-        """The reducer prepares (Y, the plan, the blocks not yet committed), worker actors run
-        the blocks in parallel, the reducer merges and publishes."""
-        tasks = self._get(self.reducer.prepare_scores.remote(request))
+        """The score step: the reducer actor prepares (Y, the plan, the blocks not yet
+        committed), worker actors run the blocks in parallel, the reducer merges and publishes."""
         restarts = self.policy.restarts
-        try:
-            results = run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
-        except (OSError, NonFiniteError):
-            # a full disk or non-finite scores would fail the rerun too: drop the unfinished
-            # set (its space with it); anything else (Ctrl-C, lost workers) keeps it to resume
-            self._get(self.reducer.discard_scores.remote())
-            raise
-        result: ScoreResult = self._get(self.reducer.finish_scores.remote(request, results))
+        result = score_step(self, request, self._run_blocks)
         return dataclasses.replace(result, worker_restarts=self.policy.restarts - restarts)
+
+    # the score step's side: the reducer actor's Scorer
+    def prepare_scores(self, request: ScoreRequest) -> list[BlockTask]:
+        tasks: list[BlockTask] = self._get(self.reducer.prepare_scores.remote(request))
+        return tasks
+
+    def finish_scores(self, request: ScoreRequest, results: list[BlockResult]) -> ScoreResult:
+        result: ScoreResult = self._get(self.reducer.finish_scores.remote(request, results))
+        return result
+
+    def stop_scores(self, discard: bool = False) -> None:
+        if discard:
+            self._get(self.reducer.stop_scores.remote(True))
+        else:  # e.g. Ctrl-C: not waited for (the session's end stops the actor anyway)
+            self.reducer.stop_scores.remote(False)
+
+    def _run_blocks(self, tasks: list[BlockTask]) -> list[BlockResult]:
+        return run_blocks(self.cfg, tasks, self.policy, self.state.ctrl_c, self.on_block)
 
     def _get(self, refs: Any) -> Any:
         """``ray.get``, polled so that Ctrl-C is seen (``CtrlC``), raising an expected failure

@@ -20,9 +20,9 @@ from trak_dist import failures
 from trak_dist.config import EvalConfig, JobConfig, ModelConfig
 from trak_dist.distributed import _ray
 from trak_dist.distributed._interrupt import CtrlC
-from trak_dist.distributed.driver import _absolute_store
 from trak_dist.errors import ConfigError, StoreStateError, TrakDistError, WorkerFailedError
 from trak_dist.lds import SubsetTrainer
+from trak_dist.pipeline import absolute_store
 from trak_dist.store import EvalSet, FeatureStore, store_lock
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
             f"{cfg.model.factory!r}: set eval.recipe=pkg.module:train to the function that "
             "trains your model, train(indices, seed) -> state_dict."
         )
-    cfg = _absolute_store(cfg)
+    cfg = absolute_store(cfg)
     _, ev = open_eval(cfg)
     todo = [j for j in np.flatnonzero(~ev.done()) if j < cfg.eval.num_models]
     reused = cfg.eval.num_models - len(todo)

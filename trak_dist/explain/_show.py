@@ -45,8 +45,9 @@ def _int(opts: dict[str, str], name: str, least: int = 1) -> int:
 
 def _job(overrides: list[str]) -> Any:
     from trak_dist._compose import compose_job
+    from trak_dist.pipeline import resolve_inputs
 
-    return compose_job(overrides)
+    return resolve_inputs(compose_job(overrides))
 
 
 def shorten(text: str, width: int) -> str:

@@ -8,8 +8,10 @@
 from trak_dist.hf._checkpoints import absolute, check_dirs, expand, is_hf_dir, load_state
 from trak_dist.hf._model import AdapterModel, from_checkpoints, load_pretrained
 from trak_dist.hf._text import Encoding, TextDataset, TextSource, text_sources
+from trak_dist.hf._tokenize import ROLES, pick_mode
 
 __all__ = [
+    "ROLES",
     "AdapterModel",
     "Encoding",
     "TextDataset",
@@ -21,5 +23,6 @@ __all__ = [
     "is_hf_dir",
     "load_pretrained",
     "load_state",
+    "pick_mode",
     "text_sources",
 ]

@@ -1,6 +1,6 @@
 """A λ sweep measured by LDS: score each λ from the stored features (docs/design.md, invariant
 10: a λ costs a ``[p, p]`` inverse from the stored factorisation and one pass over X, never a
-gradient), then record the best λ per proj_dim for ``lambda_reg=best`` (``store._best``)."""
+gradient), then record the best λ per proj_dim for ``lambda_reg=best`` (``EvalSet.record_best``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from trak_dist.errors import StoreStateError
 from trak_dist.lds._output import best
 from trak_dist.lds._scores import VariantLDS
 from trak_dist.scoring import AUTO, LambdaReg, compute_scores, ensure_factor
-from trak_dist.store import FeatureStore, record_best, store_lock, variant_name
+from trak_dist.store import FeatureStore, store_lock, variant_name
 
 # the grid, as powers of ten times the auto λ: 1e-3 … 10 in half decades. The best λ measured
 # on six benchmarks lies between ~0.25× and ~3.3× auto (benchmarks/RESULTS.md, λ on
@@ -83,10 +83,8 @@ def score_lambdas(cfg: JobConfig, device: str = "cpu") -> list[str]:
         name = variant_name(p, lam, scaling)
         if name in done:
             continue
-        s = cfg.scoring
-        compute_scores(
-            store, exp, ids, p, lam, scaling, s.topk, s.train_block, s.target_block, device=device
-        )
+        # the job's scoring settings, whole: its memory budget, what is written, block rows
+        compute_scores(store, cfg.scoring, ids, p, lam, device)
         scored.append(name)
     return scored
 
@@ -130,6 +128,6 @@ def record_best_lambdas(cfg: JobConfig, rows: Sequence[VariantLDS]) -> dict[int,
                 "eval": {k: settings.get(k) for k in ("recipe", "alpha", "seed", "num_models")},
                 "measured_at": when,
             }
-            record_best(ev, p, rec)
+            ev.record_best(p, rec)
             records[p] = rec
     return records

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from trak_dist.config import JobConfig
-from trak_dist.pipeline._tasks import ShardResult, ShardTask
+from trak_dist.pipeline._shards import ShardResult, ShardTask
 from trak_dist.pipeline.plan import Prepared
 from trak_dist.pipeline.reducer import Reducer
-from trak_dist.pipeline.results import FeaturizeReport, ScoreRequest, ScoreResult
+from trak_dist.pipeline.results import FeaturizeReport
 from trak_dist.pipeline.worker import Worker
+from trak_dist.scoring import ScoreRequest, ScoreResult
 
 OnShard = Callable[[ShardResult], None]
 

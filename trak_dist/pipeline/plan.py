@@ -14,7 +14,7 @@ from torch.nn import Module
 from trak_dist.config import JobConfig
 from trak_dist.featurize import projection_params
 from trak_dist.gradients import ParamLayout, resolve_engine
-from trak_dist.pipeline._tasks import ShardTask, auto_shard_rows, shard_plan
+from trak_dist.pipeline._shards import ShardTask, auto_shard_rows, shard_plan
 from trak_dist.projection import ProjectionKind, check_backend
 from trak_dist.sources import build_dataset, build_model, checkpoint_paths
 from trak_dist.store import (

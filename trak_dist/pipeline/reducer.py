@@ -1,4 +1,4 @@
-"""The reducer: sums partial XᵀX, factorises once, streams score blocks. A plain class."""
+"""The reducer: sums partial XᵀX, factorises once, then scores (a ``Scorer``). A plain class."""
 
 from __future__ import annotations
 
@@ -8,21 +8,18 @@ import numpy as np
 import torch
 
 from trak_dist.errors import StoreStateError, TrakDistError
-from trak_dist.pipeline.results import PREVIEW_TARGETS, ScoreRequest, ScoreResult, TopK
 from trak_dist.scoring import (
-    BlockResult,
-    BlockTask,
-    ScoreJob,
-    ScoreJobRef,
+    Scorer,
+    ScoreRequest,
+    ScoreResult,
     ensure_factor,
-    prepare_scoring,
-    score_block,
+    score_step,
     xtx_from_rows,
 )
 from trak_dist.store import FeatureStore
 
 
-class Reducer:
+class Reducer(Scorer):
     """Accumulates each checkpoint's XᵀX from shard partials, then scores.
 
     Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint being
@@ -31,13 +28,10 @@ class Reducer:
     whatever the order partials arrive in or the number of workers."""
 
     def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
-        self.store = store if isinstance(store, FeatureStore) else FeatureStore.open(store)
-        self.device = torch.device(device)
+        super().__init__(store, device)
         self._sums: dict[int, np.ndarray] = {}
         self._errors: dict[int, np.ndarray] = {}
         self._covered: dict[int, list[tuple[int, int]]] = {}
-        self._job: ScoreJob | None = None
-        self._started = 0.0
 
     def add(self, model_id: int, start: int, end: int, xtx: np.ndarray) -> None:
         """Add the partial XᵀX of train rows ``[start, end)``."""
@@ -100,119 +94,6 @@ class Reducer:
         if self.store.read_xtx(model_id) is None:
             self.store.write_xtx(model_id, xtx_from_rows(rows, 0, rows.n, device=self.device))
 
-    def prepare_scores(self, request: ScoreRequest) -> list[BlockTask]:
-        """Y, the plan and the unfinished score set of ``request``; returns the blocks it still
-        lacks (an earlier run's committed blocks are kept). One scoring at a time."""
-        r = request
-        if self._job is not None:  # an earlier scoring of this reducer stopped midway
-            self._job.release()
-            self._job = None
-        self._started = time.perf_counter()
-        self._job = prepare_scoring(
-            self.store,
-            r.exp,
-            list(r.model_ids),
-            r.proj_dim,
-            r.lambda_reg,
-            r.kinv_scaling,
-            r.topk,
-            r.train_block,
-            r.target_block,
-            r.memory,
-            r.write_scores,
-            r.full_max_bytes,
-            r.block_rows,
-            self.device,
-        )
-        return list(self._job.pending)
-
-    def hand_over(self) -> ScoreJobRef:
-        """The prepared scoring as a handle another process finishes (``adopt``), after its
-        blocks ran elsewhere (SLURM's score tasks); this reducer is free for the next one."""
-        if self._job is None:
-            raise TrakDistError("hand_over before prepare_scores: a bug in the launcher.")
-        # the lease ends here: the processes that run the blocks and merge them cannot hold
-        # this one's file lock (docs/slurm.md: one launch of a variant at a time)
-        self._job.release()
-        ref, self._job = self._job.ref(), None
-        return ref
-
-    def adopt(self, ref: ScoreJobRef) -> None:
-        """Take over a scoring another process prepared (``hand_over``): ``finish_scores``
-        next. Its blocks are counted as reused unless they were in its ``pending``.
-
-        Raises:
-            StoreStateError: blocks are not committed (a score task did not run or finish);
-                the unfinished set is kept, so a rerun computes only those.
-        """
-        job = ref.open(self.store)
-        missing = int((~job.sset.parts.done_mask()).sum())
-        if missing:
-            raise StoreStateError(
-                f"{missing} of {job.blocks} score blocks of {ref.path} are not committed: a "
-                "score task did not finish. Rerun the launch: committed blocks are kept."
-            )
-        self._job = job
-        self._started = time.perf_counter()
-
-    def run_block(self, task: BlockTask) -> BlockResult:
-        """One block here (the in-process executor, SLURM's reduce job, TRAKer)."""
-        return score_block(self.store, task, self.device)
-
-    def finish_scores(self, request: ScoreRequest, results: list[BlockResult]) -> ScoreResult:
-        """Merge the committed blocks, publish, and say what the scoring did (``results``: the
-        blocks this run computed, wherever they ran)."""
-        job = self._job
-        if job is None:
-            raise TrakDistError("finish_scores before prepare_scores: a bug in the executor.")
-        for result in results:
-            job.record(result)
-        try:
-            sset = job.finish()
-        except (OSError, TrakDistError):
-            self.discard_scores()
-            raise
-        self._job = None
-        plan = job.plan
-        return ScoreResult(
-            exp=request.exp,
-            variant=job.variant,
-            proj_dim=plan.proj_dim,
-            # best resolves to the recorded λ: report what was used
-            lambda_reg=sset.attrs.get("lambda_reg", request.lambda_reg),
-            lambdas=tuple(float(x) for x in job.lambdas),
-            seconds=time.perf_counter() - self._started,
-            path=f"{self.store.where}/scores/{request.exp}/{job.variant}",
-            top=TopK.head(sset.read_topk(), PREVIEW_TARGETS),
-            write_scores=plan.write_scores,
-            super_block=plan.super_block,
-            x_passes=plan.x_passes,
-            blocks=job.blocks,
-            blocks_computed=job.blocks_computed,
-            blocks_reused=job.blocks_reused,
-            bytes_read=job.bytes_read,
-            bytes_written=job.bytes_written,
-            block_seconds=job.block_seconds,
-        )
-
     def score(self, request: ScoreRequest) -> ScoreResult:
-        """Score one variant into the store, every block here."""
-        tasks = self.prepare_scores(request)
-        try:
-            results = [self.run_block(t) for t in tasks]
-        except (OSError, TrakDistError):
-            self.discard_scores()
-            raise
-        except BaseException:
-            if self._job is not None:  # e.g. Ctrl-C: the set stays to resume, the lease goes
-                self._job.release()
-            raise
-        return self.finish_scores(request, results)
-
-    def discard_scores(self) -> None:
-        """Remove the unfinished set after an error that a rerun would meet again (a full disk,
-        non-finite scores): the variant's previous scores stay. A killed or interrupted
-        scoring keeps its set, which the rerun resumes."""
-        if self._job is not None:
-            self._job.discard()
-            self._job = None
+        """Score one variant into the store, every block here (``score_step``)."""
+        return score_step(self, request, self.run_blocks)

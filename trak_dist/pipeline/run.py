@@ -4,40 +4,21 @@ reduce → factorise → score of committed features (the SLURM array's dependen
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from trak_dist.config import JobConfig
 from trak_dist.pipeline.executor import Executor, InProcessExecutor, OnShard, reducer_device
+from trak_dist.pipeline.inputs import resolve_inputs
 from trak_dist.pipeline.plan import prepare
 from trak_dist.pipeline.reducer import Reducer
-from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult
-from trak_dist.scoring import LambdaReg
+from trak_dist.pipeline.results import FeaturizeReport, JobResult
+from trak_dist.scoring import LambdaReg, ScoreRequest, ScoreResult
 from trak_dist.store import FeatureStore, store_lock
 
-logger = logging.getLogger(__name__)
-
 Variants = list[tuple[int, LambdaReg]]
-
-
-def absolute_store(cfg: JobConfig) -> JobConfig:
-    """Workers run in their own working directory (or on another node): ship absolute paths."""
-    if "://" in cfg.store.path:
-        return cfg
-    path = Path(cfg.store.path)
-    if not path.is_absolute() and cfg.cluster.kind != "local":
-        logger.warning(
-            "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "
-            "job submit`, the job's temporary directory). Give a shared absolute path.",
-            path,
-            path.resolve(),
-        )
-    store = dataclasses.replace(cfg.store, path=str(path.resolve()))
-    return dataclasses.replace(cfg, store=store)
 
 
 def run_pipeline(
@@ -52,7 +33,7 @@ def run_pipeline(
     executor = executor or InProcessExecutor()
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    cfg = absolute_store(cfg)
+    cfg = resolve_inputs(cfg)
     with executor.session(cfg):
         # Featurising, reducing and factorising are serialised per store: concurrent jobs of a
         # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
@@ -88,7 +69,7 @@ def score_variants(
 ) -> list[ScoreResult]:
     """Score each variant in turn through ``score`` (an executor's or a reducer's)."""
     bar = tqdm(variants, desc="scoring", disable=not progress, unit="variant")
-    return [score(ScoreRequest.of(cfg, model_ids, p, lam)) for p, lam in bar]
+    return [score(ScoreRequest(cfg.scoring, tuple(model_ids), p, lam)) for p, lam in bar]
 
 
 def reduce_stored(

@@ -12,9 +12,16 @@ from dataclasses import dataclass
 from trak_dist.config import JobConfig
 from trak_dist.pipeline.executor import reducer_device
 from trak_dist.pipeline.reducer import Reducer
-from trak_dist.pipeline.results import FeaturizeReport, JobResult, ScoreRequest, ScoreResult
+from trak_dist.pipeline.results import FeaturizeReport, JobResult
 from trak_dist.pipeline.run import Variants, job_result, reduce_stored
-from trak_dist.scoring import BlockResult, BlockTask, ScoreJobRef
+from trak_dist.scoring import (
+    BlockResult,
+    BlockTask,
+    ScoreJobRef,
+    ScoreRequest,
+    ScoreResult,
+    discards,
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ def prepare_from_store(cfg: JobConfig, checkpoints: int, variants: Variants) -> 
     ids = list(range(checkpoints))
     requests, jobs = [], []
     for p, lam in variants:
-        request = ScoreRequest.of(cfg, ids, p, lam)
+        request = ScoreRequest(cfg.scoring, tuple(ids), p, lam)
         reducer.prepare_scores(request)
         requests.append(request)
         jobs.append(reducer.hand_over())
@@ -72,7 +79,11 @@ def merge_from_store(
     for request, ref in zip(staged.requests, staged.jobs, strict=True):
         reducer.adopt(ref)
         mine = [r for r in results if r.task.group == ref.path]
-        result = reducer.finish_scores(request, mine)
+        try:
+            result = reducer.finish_scores(request, mine)
+        except BaseException as e:
+            reducer.stop_scores(discard=discards(e))
+            raise
         # from the preparation in the first stage to this publish, queueing included
         scores.append(dataclasses.replace(result, seconds=time.time() - staged.started))
     phases = {"reduce": staged.reduce_s, "score": time.time() - staged.started}

@@ -16,11 +16,10 @@ from trak_dist.config import JobConfig
 from trak_dist.errors import LabelError, StoreDamagedError
 from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
-from trak_dist.pipeline._tasks import ShardResult, ShardTask
+from trak_dist.pipeline._shards import ShardResult, ShardTask
 from trak_dist.scoring import gram
 from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
-from trak_dist.store import FeatureStore, RowSet, file_fingerprint, row_hashes
-from trak_dist.store._hashes import check_unchanged
+from trak_dist.store import FeatureStore, RowSet, check_unchanged, file_fingerprint, row_hashes
 from trak_dist.tasks import resolve_task
 
 logger = logging.getLogger(__name__)

@@ -9,15 +9,27 @@ from collections.abc import Sequence
 import torch
 
 from trak_dist.errors import ConfigError, CudaExtUnavailableError
-from trak_dist.projection._base import FactorBlock, GradBlock, ProjectionKind, Projector, as_blocks
+from trak_dist.projection._base import (
+    FactorBlock,
+    GradBlock,
+    GradInput,
+    ProjectionKind,
+    Projector,
+    as_blocks,
+)
+from trak_dist.projection._cuda_lib import ENV_VAR as CUDA_LIB_ENV
+from trak_dist.projection._cuda_lib import CudaLibrary, library_path
 from trak_dist.projection._generate import normal_block, rademacher_block
 from trak_dist.projection._kron_views import ParamView, balanced_cols, spec_params
 from trak_dist.projection._kronecker import KroneckerProjector
 from trak_dist.projection._torch import IdentityProjector, TorchProjector
 
 __all__ = [
+    "CUDA_LIB_ENV",
+    "CudaLibrary",
     "FactorBlock",
     "GradBlock",
+    "GradInput",
     "IdentityProjector",
     "KroneckerProjector",
     "ParamView",
@@ -27,6 +39,7 @@ __all__ = [
     "as_blocks",
     "balanced_cols",
     "check_backend",
+    "library_path",
     "make_projector",
     "normal_block",
     "rademacher_block",

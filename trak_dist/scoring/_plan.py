@@ -7,35 +7,10 @@ blocks, and with them every bit of the scores, are the same on any executor."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from trak_dist.errors import ConfigError
-
-WRITE_MODES = ("auto", "full", "topk")
-# auto writes S whole up to this size. ScoreSet.scores() reads S into one array, so above it a
-# full matrix would not fit the 4 GiB a process is given at scale (and at ~350 MB/s it is
-# seconds to write, not minutes); LDS evaluation, which reads S, is for sets this size.
-FULL_MAX_BYTES = 2 << 30
-MEMORY_DEFAULT = "1GiB"
-BLOCK_ROWS = 65536  # train rows per score task: ≥ 16 tasks at n = 1M for the workers to share
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_bytes(value: int | str, name: str = "scoring.memory") -> int:
-    """``1073741824``, ``"512MiB"``, ``"4GiB"`` or ``"4G"`` as bytes (ConfigError otherwise)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    else:
-        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtb]?)(?:i?b)?\s*", str(value).lower())
-        if found is None:
-            raise ConfigError(
-                f"{name}={value!r}; expected bytes as an integer or with a unit (512MiB, 4GiB)."
-            )
-        n = int(float(found[1]) * _UNITS[found[2]])
-    if n < 1:
-        raise ConfigError(f"{name}={value!r}; expected a positive size.")
-    return n
+from trak_dist.scoring._settings import WRITE_MODES, ScoringConfig
 
 
 @dataclass(frozen=True)
@@ -62,20 +37,12 @@ class ScorePlan:
 
     @classmethod
     def of(
-        cls,
-        n: int,
-        m: int,
-        p: int,
-        checkpoints: int,
-        topk: int,
-        train_block: int,
-        target_block: int,
-        memory: int,
-        write_scores: str = "auto",
-        full_max_bytes: int = FULL_MAX_BYTES,
-        block_rows: int = BLOCK_ROWS,
-        chunk_rows: int = 1,
+        cls, n: int, m: int, p: int, checkpoints: int, s: ScoringConfig, chunk_rows: int = 1
     ) -> ScorePlan:
+        """The grid for ``n`` train rows, ``m`` targets, ``proj_dim`` p and ``checkpoints``
+        under the settings ``s`` (its memory budget, blocks, write mode)."""
+        write_scores, topk, train_block = s.write_scores, s.topk, s.train_block
+        memory, target_block = s.memory_bytes, s.target_block
         if write_scores not in WRITE_MODES:
             raise ConfigError(f"write_scores={write_scores!r}; expected one of {WRITE_MODES}.")
         tb = min(target_block, m)
@@ -95,8 +62,8 @@ class ScorePlan:
             )
         super_block = m if fits >= m else fits // tb * tb
         unit = math.lcm(train_block, max(1, min(chunk_rows, n)))
-        rows = min(-(-block_rows // unit) * unit, -(-n // unit) * unit)
-        full = write_scores == "full" or (write_scores == "auto" and 4 * n * m <= full_max_bytes)
+        rows = min(-(-s.block_rows // unit) * unit, -(-n // unit) * unit)
+        full = write_scores == "full" or (write_scores == "auto" and 4 * n * m <= s.full_max_bytes)
         return cls(n, m, p, checkpoints, topk, train_block, tb, super_block, rows, full)
 
     @property
@@ -119,24 +86,26 @@ class ScorePlan:
 
 @dataclass(frozen=True)
 class BlockTask:
-    """One score block: train rows ``[r0, r1)`` × targets ``[t0, t1)`` of one scoring, whose
-    unfinished score set is ``group`` in the store at ``store``; (``row_range``,
-    ``super_block``) is its place in the plan's grid."""
+    """One score block of a scoring whose unfinished score set is ``group`` in the store at
+    ``store``: train rows ``[r0, r1)`` = the plan's range ``row_range`` × targets ``[t0, t1)`` =
+    its super-block ``super_block``, averaged over ``model_ids``."""
 
     store: str
     group: str
     row_range: int
     super_block: int
-    r0: int
-    r1: int
-    t0: int
-    t1: int
     model_ids: tuple[int, ...]
-    proj_dim: int
-    full: bool
-    topk: int
-    train_block: int
-    target_block: int
+    plan: ScorePlan
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """``(r0, r1)``."""
+        return self.plan.row_ranges[self.row_range]
+
+    @property
+    def targets(self) -> tuple[int, int]:
+        """``(t0, t1)``."""
+        return self.plan.super_blocks[self.super_block]
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,28 @@ them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
+import numpy as np
 import torch
 
 TopList = tuple[torch.Tensor, torch.Tensor]  # values [k, t] (float32), rows [k, t] (int64)
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Per target, the ``k`` highest scores (proponents) and the ``k`` lowest (opponents, their
+    values ascending from the lowest), ``[m, k]`` each: a score set's, or a query's."""
+
+    proponents_idx: np.ndarray
+    proponents_val: np.ndarray
+    opponents_idx: np.ndarray
+    opponents_val: np.ndarray
+
+    @classmethod
+    def head(cls, top: dict[str, np.ndarray], targets: int) -> TopK:
+        """The first ``targets`` rows of a score set's ``read_topk()``."""
+        return cls(**{f.name: top[f.name][:targets] for f in fields(cls)})
 
 
 def _canonical(vals: torch.Tensor, rows: torch.Tensor) -> TopList:

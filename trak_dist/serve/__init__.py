@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trak_dist.serve._index import AttributionIndex, TopK
+from trak_dist.scoring import TopK
+from trak_dist.serve._cli import main
+from trak_dist.serve._index import AttributionIndex
 from trak_dist.serve._request import BadRequest, RequestParser
 
 if TYPE_CHECKING:
     from trak_dist.config import JobConfig
 
-__all__ = ["AttributionIndex", "BadRequest", "RequestParser", "TopK", "start", "stop"]
+__all__ = ["AttributionIndex", "BadRequest", "RequestParser", "TopK", "main", "start", "stop"]
 
 
 def start(cfg: JobConfig) -> str:

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError
-from trak_dist.serve._index import AttributionIndex, TopK
+from trak_dist.scoring import TopK
+from trak_dist.serve._index import AttributionIndex
 
 TRAIN_ROWS = 65536  # rows sampled to train the coarse quantiser (faiss wants ≥ 39 per list)
 ADD_ROWS = 16384  # rows weighted and added at a time (bounds the float32 copy in flight)

@@ -23,11 +23,11 @@ from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import make_computer
-from trak_dist.pipeline.worker import pick_device
-from trak_dist.scoring import resolve_best
+from trak_dist.pipeline import pick_device
+from trak_dist.scoring import TopK, resolve_best
 from trak_dist.serve._ann import AnnIndex
 from trak_dist.serve._explain import TokenScores
-from trak_dist.serve._index import AttributionIndex, TopK
+from trak_dist.serve._index import AttributionIndex
 from trak_dist.serve._request import Item, RequestParser
 from trak_dist.serve._text import TextTargets, train_text
 from trak_dist.sources import (

@@ -1,6 +1,6 @@
 """What a query needs from the store, held for exact top-k by blocked matmul.
 
-``compute_scores`` (scoring/_blocks.py) scores target t against train row i as
+``compute_scores`` (the score step, scoring/_step.py) scores target t against train row i as
 
     S[i, t] = (Σ_c X_c[i] · Y_c[t] / C) · (Σ_c Q_c[i] / C),   Y_c = float32(X_tc K_c⁻¹)
 
@@ -25,14 +25,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.scoring import parse_lambda
+from trak_dist.scoring import TopK, parse_lambda
 from trak_dist.serve._index_build import READ_ROWS, fill, mapped, stored_factor
 from trak_dist.store import FeatureStore
 
@@ -40,17 +39,6 @@ INDEX_DTYPES = ("auto", "float32", "float16")  # auto: the store's dtype
 # float32 bytes of one block of the top-k pass: 4 MiB stays in this machine's 32 MiB L3 with
 # the scores; 2048-row blocks took 82 ms per 1M x 512 float16 pass, 32768-row ones 224 ms
 BLOCK_BYTES = 4 << 20
-
-
-@dataclass(frozen=True)
-class TopK:
-    """Per target, the ``k`` highest (proponents) and lowest (opponents) scores, ``[m, k]``
-    each; opponents' values ascend from the lowest."""
-
-    proponents_idx: np.ndarray
-    proponents_val: np.ndarray
-    opponents_idx: np.ndarray
-    opponents_val: np.ndarray
 
 
 class AttributionIndex:

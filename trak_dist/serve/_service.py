@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trak_dist.config import LOOPBACK, JobConfig, ServeConfig
 from trak_dist.errors import ConfigError, StoreStateError
+from trak_dist.pipeline import resolve_inputs
 from trak_dist.sources import checkpoint_paths
 from trak_dist.store import FeatureStore, file_fingerprint
 
@@ -86,6 +87,7 @@ def start(cfg: JobConfig) -> str:
 
     from trak_dist.serve._app import AttributionService
 
+    cfg = resolve_inputs(cfg)  # the replicas load the job's model and text files
     sv = cfg.serve
     token = read_token(sv)
     check_servable(cfg)

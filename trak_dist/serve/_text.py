@@ -15,8 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from trak_dist.errors import ConfigError, DataError
-from trak_dist.hf import TextSource
-from trak_dist.hf._tokenize import ROLES, pick_mode
+from trak_dist.hf import ROLES, TextSource, pick_mode
 from trak_dist.serve._request import BadRequest, _short
 
 

@@ -1,9 +1,9 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
-from trak_dist.store._best import record_best, recorded_best
+from trak_dist.store._cli import main
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
-from trak_dist.store._hashes import dataset_row_hashes, fingerprint, row_hashes
+from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet
@@ -28,13 +28,13 @@ __all__ = [
     "RowSet",
     "ScoreSet",
     "ScoringLease",
+    "check_unchanged",
     "checkpoint_fingerprint",
     "dataset_fingerprint",
     "dataset_row_hashes",
     "file_fingerprint",
     "fingerprint",
-    "record_best",
-    "recorded_best",
+    "main",
     "row_hashes",
     "scoring_lease",
     "store_lock",

@@ -20,11 +20,13 @@ def _parser() -> argparse.ArgumentParser:
         "that the next run recomputes exactly what was damaged.",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    for name, text in (
-        ("verify", "read every committed chunk and reduction; list what is damaged"),
-        ("repair", "un-commit damaged chunks and drop what was derived from them"),
+    for run, text in (
+        (_verify, "read every committed chunk and reduction; list what is damaged"),
+        (_repair, "un-commit damaged chunks and drop what was derived from them"),
     ):
-        sub.add_parser(name, help=text).add_argument("path", help="the store directory")
+        cmd = sub.add_parser(run.__name__.lstrip("_"), help=text)
+        cmd.add_argument("path", help="the store directory")
+        cmd.set_defaults(run=run)
     return p
 
 
@@ -36,26 +38,32 @@ def _print_problems(report: Report) -> None:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "verify":
-            report = verify(args.path)
-            if not report.problems:
-                print(
-                    f"{report.where}: sound ({report.chunks_checked} committed chunks and every "
-                    "reduction read back intact)."
-                )
-                return 0
-            print(f"{report.where}: {len(report.problems)} problem(s):")
-            _print_problems(report)
-            if any(p.repairable for p in report.problems):
-                print(
-                    f"Run `trak-dist store repair {report.where}`, then rerun the job: only the "
-                    "damaged chunks are featurised again."
-                )
-            return 1
-        report, actions = repair(args.path)
+        return int(args.run(args.path))
     except TrakDistError as e:
         print(f"trak-dist store: error: {e}", file=sys.stderr)
         return 2
+
+
+def _verify(path: str) -> int:
+    report = verify(path)
+    if not report.problems:
+        print(
+            f"{report.where}: sound ({report.chunks_checked} committed chunks and every "
+            "reduction read back intact)."
+        )
+        return 0
+    print(f"{report.where}: {len(report.problems)} problem(s):")
+    _print_problems(report)
+    if any(p.repairable for p in report.problems):
+        print(
+            f"Run `trak-dist store repair {report.where}`, then rerun the job: only the "
+            "damaged chunks are featurised again."
+        )
+    return 1
+
+
+def _repair(path: str) -> int:
+    report, actions = repair(path)
     if not report.problems and not actions:
         print(f"{report.where}: nothing to repair ({report.chunks_checked} chunks checked).")
         return 0

@@ -11,6 +11,11 @@ Complete-or-absent per model (one margins chunk, then its own ``done`` chunk), s
 (the evaluation's driver); settings are written last, so a group without them is made again.
 Margins' fill value is NaN and every chunk carries a crc32c, so damage names the model;
 ``trak-dist store repair`` un-does it and the next ``trak-dist eval`` retrains it.
+
+The best λ per proj_dim that ``trak-dist eval`` measured (``lambda_reg=best``) is kept in the
+attributes under ``best_lambda``, one record per proj_dim (keys: the proj_dim as text). It
+lives and dies with the subset models: discarding them (``eval.overwrite=true``) discards the
+record too, so a record never outlives what it was measured against.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from trak_dist.store._integrity import (
 from trak_dist.store._zarr import array, group
 
 # settings that define the ground truth: a rerun must match them (num_models may grow)
+BEST_KEY = "best_lambda"
 DEFINING = ("recipe", "recipe_kwargs", "alpha", "seed", "train_size", "num_targets")
 
 
@@ -120,6 +126,19 @@ class EvalSet:
     @property
     def settings(self) -> dict[str, Any]:
         return dict(self.group.attrs)
+
+    def best_lambdas(self) -> dict[int, dict[str, Any]]:
+        """Every recorded best λ, by proj_dim (built by ``trak_dist.lds``, read by
+        ``trak_dist.scoring`` for ``lambda_reg=best``)."""
+        raw = self.group.attrs.get(BEST_KEY) or {}
+        return {int(p): dict(rec) for p, rec in raw.items()} if isinstance(raw, dict) else {}
+
+    def record_best(self, proj_dim: int, record: dict[str, Any]) -> None:
+        """Record (replace) the best λ at ``proj_dim``: one attribute write, so a reader sees the
+        old records or the new ones. Single writer: the evaluation's driver, under the lock."""
+        records = {str(p): rec for p, rec in self.best_lambdas().items()}
+        records[str(int(proj_dim))] = record
+        self.group.attrs[BEST_KEY] = records
 
     def done(self) -> np.ndarray:
         """``[M]`` bool: which subset models' margins are stored (StoreDamagedError: a done flag

@@ -8,7 +8,7 @@ import numpy as np
 from trak_dist.errors import NonFiniteError
 
 
-def refuse_non_finite(
+def refuse_non_finite_rows(
     stored: np.ndarray, raw: np.ndarray, q: np.ndarray | None, rows: np.ndarray, who: str
 ) -> None:
     """Raise NonFiniteError unless every row is finite as stored, before anything is written;

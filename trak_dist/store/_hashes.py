@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trak_dist.batches import batch_of  # collated exactly as the workers collate
 from trak_dist.errors import StoreMismatchError
 
 BLOCK = 1024
@@ -69,8 +70,6 @@ def row_hashes(batch: Any) -> np.ndarray:
 
 def dataset_row_hashes(dataset: Any, block: int = BLOCK) -> np.ndarray:
     """``[len(dataset)]`` uint64 row hashes of a map-style dataset, as workers compute them."""
-    from trak_dist.sources import batch_of  # collated exactly as the workers collate
-
     n = len(dataset)
     out = [row_hashes(batch_of(dataset, s, min(n, s + block))) for s in range(0, n, block)]
     return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)

@@ -18,7 +18,7 @@ from trak_dist.store import _layout as layout
 from trak_dist.store._binding import CheckpointBinding
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._commit import CommitFlags
-from trak_dist.store._finite import refuse_non_finite
+from trak_dist.store._finite import refuse_non_finite_rows
 from trak_dist.store._fold import StagedRows
 from trak_dist.store._integrity import checked_read, store_location
 from trak_dist.store._zarr import array
@@ -134,7 +134,7 @@ class RowSet:
             raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
         with np.errstate(over="ignore"):  # an overflow to inf is refused, with its cause, below
             stored = x.astype(self.X.dtype, copy=False)
-        refuse_non_finite(stored, x, q, inds, self.describe())
+        refuse_non_finite_rows(stored, x, q, inds, self.describe())
         return stored
 
     def put(

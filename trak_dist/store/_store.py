@@ -237,6 +237,24 @@ class FeatureStore:
         parent = self.root.require_group(layout.scores(exp))
         return ScoreSet.create(parent, variant, n, m, topk, self.spec.chunk_rows, attrs)
 
+    def resume_scores(
+        self, exp: str, variant: str, key: str, grid: tuple[int, int, int], *args: Any
+    ) -> tuple[ScoreSet, bool]:
+        """The unfinished set of a block-wise scoring of ``exp`` (``ScoreSet.resume``: ``key``
+        names its plan, ``grid`` its blocks; ``args``: chunks, full, attrs)."""
+        parent = self.root.require_group(layout.scores(exp))
+        return ScoreSet.resume(parent, variant, key, grid, *args)
+
+    def unfinished_scores(self, path: str, variant: str = "") -> ScoreSet:
+        """The unfinished score set at ``path`` (its ``group.path``), which another process may
+        have prepared; StoreStateError when it is gone."""
+        if path not in self.root:
+            raise StoreStateError(
+                f"the unfinished score set {path} is gone: another scoring of {variant!r} "
+                "replaced it. Rerun the scoring."
+            )
+        return ScoreSet(group(self.root, path), group(self.root, path.rpartition("/")[0]), variant)
+
     def score_set(self, exp: str, variant: str) -> ScoreSet | None:
         path = layout.scores(exp, variant)
         return ScoreSet(group(self.root, path)) if path in self.root else None

@@ -10,8 +10,7 @@ import socket
 import torch
 
 from trak_dist.scoring import BlockResult, BlockTask, score_block
-from trak_dist.store import FeatureStore, ScoreSet
-from trak_dist.store._zarr import group
+from trak_dist.store import FeatureStore
 
 
 class BlockScorer:
@@ -29,7 +28,7 @@ class BlockScorer:
     def committed(self, task: BlockTask) -> bool:
         """Whether block (``task.row_range``, ``task.super_block``) has its commit flag (an
         earlier run of the task, e.g. before SLURM requeued it, finished it)."""
-        sset = ScoreSet(group(self.store.root, task.group))
+        sset = self.store.unfinished_scores(task.group)
         return bool(sset.parts.done[task.row_range, task.super_block])
 
     def run(self, task: BlockTask) -> BlockResult:

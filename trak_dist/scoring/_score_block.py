@@ -17,15 +17,14 @@ import torch
 from trak_dist.errors import NonFiniteError
 from trak_dist.scoring._plan import BlockResult, BlockTask
 from trak_dist.scoring._topk import TopList, merge_above
-from trak_dist.store import FeatureStore, ScoreSet
-from trak_dist.store._zarr import group
+from trak_dist.store import FeatureStore
 
 # a partial top list shorter than k (a range of fewer than k rows) is padded with entries that
 # sort after every finite score in the total order
 PAD_ROW = np.iinfo(np.int64).max
 
 
-def refuse_non_finite(block: torch.Tensor, r0: int, t0: int, label: str) -> None:
+def refuse_non_finite_scores(block: torch.Tensor, r0: int, t0: int, label: str) -> None:
     """The last guard of "no NaN score with exit code 0": the rows, Q and XᵀX read are checked
     finite (non-finite rows are never committed; reads are checked, store/_integrity.py), so a
     non-finite score can only be float32 overflow of X·Y."""
@@ -55,36 +54,37 @@ def score_block(
 ) -> BlockResult:
     """Compute and commit block (``task.row_range``, ``task.super_block``)."""
     start = time.perf_counter()
-    t = task
-    sset = ScoreSet(group(store.root, t.group))
+    t, plan = task, task.plan
+    (r_lo, r_hi), (t0, t1) = t.rows, t.targets
+    sset = store.unfinished_scores(t.group)
     label = sset.group.path
     c = len(t.model_ids)
-    k = min(t.topk, store.spec.train_size)
+    k = min(plan.topk, store.spec.train_size)
     train_sets = [store.train_rows(mid) for mid in t.model_ids]
-    ys = [torch.as_tensor(sset.read_y(mid, t.t0, t.t1), device=device) for mid in t.model_ids]
+    ys = [torch.as_tensor(sset.read_y(mid, t0, t1), device=device) for mid in t.model_ids]
     read = sum(y.numel() * 4 for y in ys)
     written = 0
-    cols = list(range(t.t0, t.t1, t.target_block))
+    cols = list(range(t0, t1, plan.target_block))
     best: list[TopList | None] = [None] * len(cols)
     worst: list[TopList | None] = [None] * len(cols)
-    for r0 in range(t.r0, t.r1, t.train_block):
-        r1 = min(t.r1, r0 + t.train_block)
+    for r0 in range(r_lo, r_hi, plan.train_block):
+        r1 = min(r_hi, r0 + plan.train_block)
         xs = []
         qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
         for rs in train_sets:
-            xa, qa = rs.read(r0, r1, t.proj_dim), rs.read_q(r0, r1)
+            xa, qa = rs.read(r0, r1, plan.proj_dim), rs.read_q(r0, r1)
             read += xa.nbytes + qa.nbytes
             xs.append(torch.as_tensor(xa, device=device).float())
             qbar += torch.as_tensor(qa, device=device)
         for j, c0 in enumerate(cols):
-            c1 = min(t.t1, c0 + t.target_block)
+            c1 = min(t1, c0 + plan.target_block)
             acc = torch.zeros(r1 - r0, c1 - c0, dtype=torch.float32, device=device)
             for x, y in zip(xs, ys, strict=True):
-                acc.addmm_(x, y[c0 - t.t0 : c1 - t.t0].T)
+                acc.addmm_(x, y[c0 - t0 : c1 - t0].T)
             block = acc.div_(c).mul_((qbar / c)[:, None])  # (acc / C) · (Σ_c Q_c / C)
             if not bool(torch.isfinite(block.sum())):  # a cheap sum first; inf may be a false alarm
-                refuse_non_finite(block, r0, c0, label)
-            if t.full:
+                refuse_non_finite_scores(block, r0, c0, label)
+            if plan.full:
                 out = block.cpu().numpy()
                 sset.write_block(r0, c0, out)
                 written += out.nbytes
@@ -94,7 +94,7 @@ def score_block(
     pv, pi = _padded(_cat(best), k)
     ov, oi = _padded(_cat(worst), k)
     values = {"proponents_val": pv, "proponents_idx": pi, "opponents_val": ov, "opponents_idx": oi}
-    written += sset.parts.write(t.row_range, t.super_block, t.t0, values)
+    written += sset.parts.write(t.row_range, t.super_block, t0, values)
     return BlockResult(t, time.perf_counter() - start, read, written)
 
 

@@ -1,0 +1,66 @@
+"""Resolve inputs: the first stage of every run, and the one place where a job's configuration
+(paths and names: data only) meets the file system. The driver resolves; workers get the
+result, so they never depend on the driver's working directory.
+
+- ``model=hf``: the Hugging Face factory, with the checkpoint (and base) directories absolute
+  (globs expanded).
+- ``data=text``: train and targets become ``TextSource`` datasets (tokenised on each worker).
+- ``store.path``: absolute (``absolute_store``).
+
+Fetching remote checkpoints or data into a local cache belongs here too: what comes out of
+``resolve_inputs`` is read from local paths."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from trak_dist.config import HF_FACTORY, JobConfig, ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_inputs(cfg: JobConfig) -> JobConfig:
+    """``cfg`` with its model and data resolved (above); idempotent, so every entry point may
+    call it (ConfigError: a path that does not exist, a bad combination)."""
+    model = _resolve_model(cfg.model)
+    data = cfg.data
+    if data.format == "text":
+        from trak_dist.hf import text_sources  # only text jobs need the hf extra
+
+        data = text_sources(data, model, cfg.task.name)
+    return absolute_store(dataclasses.replace(cfg, model=model, data=data))
+
+
+def _resolve_model(model: ModelConfig) -> ModelConfig:
+    if model.factory not in ("hf", HF_FACTORY):
+        return model
+    from trak_dist.hf import absolute  # only model=hf needs the hf extra
+
+    # the factory builds the first checkpoint's architecture on every worker, so it needs the
+    # checkpoints and options; derived from the fields each time (a replaced checkpoint list
+    # must not keep the old one)
+    options = {
+        "checkpoints": absolute(model.checkpoints),
+        "dtype": model.dtype,
+        "base": None if model.base is None else absolute(model.base)[0],
+        "trust_remote_code": model.trust_remote_code,
+    }
+    return dataclasses.replace(model, factory=HF_FACTORY, kwargs={**model.kwargs, **options})
+
+
+def absolute_store(cfg: JobConfig) -> JobConfig:
+    """Workers run in their own working directory (or on another node): ship absolute paths."""
+    if "://" in cfg.store.path:
+        return cfg
+    path = Path(cfg.store.path)
+    if not path.is_absolute() and cfg.cluster.kind != "local":
+        logger.warning(
+            "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "
+            "job submit`, the job's temporary directory). Give a shared absolute path.",
+            path,
+            path.resolve(),
+        )
+    store = dataclasses.replace(cfg.store, path=str(path.resolve()))
+    return dataclasses.replace(cfg, store=store)
