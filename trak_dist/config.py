@@ -23,6 +23,7 @@ from trak_dist.projection import BACKENDS, ProjectionKind
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
 from trak_dist.store import CODECS
+from trak_dist.tasks import CURVATURES
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
 HF_DTYPES = ("float32", "bfloat16", "float16")
@@ -164,6 +165,11 @@ class FeaturizeConfig:
         half_precision: store X in float16 (traker's default) instead of float32.
         device: ``auto`` (cuda when the worker has a GPU), ``cpu`` or ``cuda``.
         max_task_retries: reruns of a failed shard before the job fails.
+        curvature: what K = (Gram + λI) is built from: ``xtx`` (TRAK's XᵀX of the rows),
+            ``fisher`` (GᵀG of the sampled-label Fisher's rows: a second backward per row,
+            stored beside X; ``trak_dist/tasks/_sampled.py``) or ``auto`` (``fisher`` for
+            ``causal_lm``, where it was measured to win, ``xtx`` otherwise). The store records
+            it (docs/design.md, invariant 4).
     """
 
     micro_batch: int = 64
@@ -172,9 +178,11 @@ class FeaturizeConfig:
     device: str = "auto"
     max_task_retries: int = 2
     gradient_engine: str = "auto"
+    curvature: str = "auto"
 
     def __post_init__(self) -> None:
         _positive(self, "micro_batch", "shard_rows")
+        _one_of(self, "curvature", CURVATURES)
         _one_of(self, "device", DEVICES)
         _one_of(self, "gradient_engine", ENGINES)
         if self.max_task_retries < 0:

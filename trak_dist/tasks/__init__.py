@@ -14,8 +14,15 @@ from trak_dist.tasks._classification import (
 )
 from trak_dist.tasks._clip import CLIPOutput
 from trak_dist.tasks._language import CausalLM
+from trak_dist.tasks._sampled import (
+    CURVATURES,
+    SampledLabels,
+    attach_uniforms,
+    resolve_curvature,
+)
 
 __all__ = [
+    "CURVATURES",
     "TASKS",
     "BatchedOutput",
     "CLIPOutput",
@@ -23,9 +30,12 @@ __all__ = [
     "ImageClassification",
     "IterativeImageClassification",
     "ModelOutput",
+    "SampledLabels",
     "TextClassification",
+    "attach_uniforms",
     "describe",
     "margin",
+    "resolve_curvature",
     "resolve_task",
 ]
 
