@@ -51,7 +51,10 @@ class ImageClassification(ModelOutput):
     ) -> tuple[Tensor, Tensor]:
         """Class logits ``[B, 1, C]`` and an all-true mask ``[B, 1]`` (``SampledLabels``)."""
         images = batch[0]
-        z = model(images) if params is None else torch.func.functional_call(model, params, (images,))
+        if params is None:
+            z = model(images)
+        else:
+            z = torch.func.functional_call(model, params, (images,))
         return z.unsqueeze(1), torch.ones(z.shape[0], 1, dtype=torch.bool, device=z.device)
 
     @staticmethod

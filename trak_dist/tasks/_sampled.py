@@ -105,9 +105,7 @@ class SampledLabels(BatchedOutput):
     def width(self, batch: Batch) -> int:
         return int(self.base.sampling_width(batch))
 
-    def outputs(
-        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Any
-    ) -> Tensor:
+    def outputs(self, model: nn.Module, params: tuple[Params, Params] | None, batch: Any) -> Tensor:
         inner, uniforms = _detach_uniforms(batch)
         z, counted = self.base.sampling_logits(model, params, inner)
         k = z.shape[1]
