@@ -76,7 +76,9 @@ def cached_truth(name: str, root: Path, models: int) -> tuple[np.ndarray, np.nda
     return masks, np.stack(outs)
 
 
-def job(bench: LMBench, ckpts: list[Path], store: Path, variant: str) -> JobConfig:
+def job(
+    bench: LMBench, ckpts: list[Path], store: Path, variant: str, micro_batch: int = 64
+) -> JobConfig:
     c = bench.corpus()
     fisher = variant == "fisher"
     return JobConfig(
@@ -91,7 +93,7 @@ def job(bench: LMBench, ckpts: list[Path], store: Path, variant: str) -> JobConf
         task=TaskConfig(name="causal_lm"),
         projection=ProjectionConfig(kind="kronecker" if fisher else "rademacher"),
         featurize=FeaturizeConfig(
-            micro_batch=16, curvature="fisher" if fisher else "xtx", device="cpu"
+            micro_batch=micro_batch, curvature="fisher" if fisher else "xtx", device="cpu"
         ),
         store=StoreConfig(path=str(store), overwrite=True),
         cluster=ClusterConfig(num_workers=1),
