@@ -70,6 +70,21 @@ def _family(z: np.lib.npyio.NpzFile, family: str) -> list[tuple[str, str, np.nda
     return out
 
 
+def pipeline_curves(root: Path, variant: str) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+    """Curves of ``benchmarks.lm_pipeline``'s ``<root>/*/pipeline_curves.npz`` for ``variant``
+    (``before``: dense XᵀX at p = 512; ``fisher``: Kronecker + sampled-label Fisher)."""
+    from benchmarks._lm_score import GRID
+
+    out = []
+    for path in sorted(root.glob("*/pipeline_curves.npz")):
+        z = np.load(path)
+        for key in z.files:
+            bench, var, p, which = key.split("|")
+            if var == variant:
+                out.append((bench, f"{var} p={p} ({which})", GRID, z[key]))
+    return out
+
+
 def fraction(curve: tuple, c: float) -> float:
     _, _, grid, q = curve
     return float(np.interp(np.log(c), np.log(grid), q) / q.max())
@@ -108,10 +123,18 @@ def main() -> None:
         help="lm_quality curvature families whose LM curves join the classification ones",
     )
     ap.add_argument("--current", type=float, default=1.25, help="today's auto constant")
+    ap.add_argument(
+        "--pipeline",
+        default="fisher,before",
+        help="lm_pipeline variants whose curves join the classification ones (fisher: the "
+        "new default for causal LMs; before: the default before issue 29)",
+    )
     a = ap.parse_args()
     base = rules_curves(a.rules, [x for x in a.rules_only.split(",") if x], a.models)
-    for fam in a.families.split(","):
-        curves = base + lm_curves(a.lm, fam)
+    sets = [(f"pipeline {v}", pipeline_curves(a.lm, v)) for v in a.pipeline.split(",") if v]
+    sets += [(fam, lm_curves(a.lm, fam)) for fam in a.families.split(",") if fam]
+    for fam, lm in sets:
+        curves = base + lm
         rows, held, c_all = lobo(curves)
         print(
             f"\n{fam} on the LM benchmarks, XᵀX elsewhere: {len(curves)} curves over "

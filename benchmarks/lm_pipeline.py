@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from benchmarks import _lm_score, _lm_truth
+from benchmarks._facts_bench import FactsBench
 from benchmarks._lm_benches import BENCHES, LMBench
 from benchmarks._table import table
 from trak_dist.config import (
@@ -77,7 +78,7 @@ def cached_truth(name: str, root: Path, models: int) -> tuple[np.ndarray, np.nda
 
 
 def job(
-    bench: LMBench, ckpts: list[Path], store: Path, variant: str, micro_batch: int = 64
+    bench: LMBench | FactsBench, ckpts: list[Path], store: Path, variant: str, micro_batch: int = 64
 ) -> JobConfig:
     c = bench.corpus()
     fisher = variant == "fisher"
@@ -102,7 +103,7 @@ def job(
     )
 
 
-def run_store(bench: LMBench, ckpts: list[Path], root: Path, variant: str) -> dict:
+def run_store(bench: LMBench | FactsBench, ckpts: list[Path], root: Path, variant: str) -> dict:
     """Featurise and score ``variant`` (cached: ``<variant>.json`` beside its store)."""
     info_path = root / f"pipeline_{variant}.json"
     if info_path.exists():
@@ -136,18 +137,31 @@ def stored_curvatures(store_path: Path) -> list[_lm_score.Curv]:
 
 
 def bench_rows(name: str, root: Path, models: int) -> tuple[list[list[str]], dict]:
-    bench, broot = BENCHES[name], root / name
-    states = _lm_truth.checkpoints(name, root)
+    broot = root / name
+    if name == "facts":  # fact retrieval: the MRR of the stating document, no subset models
+        facts = FactsBench(root)
+        bench: LMBench | FactsBench = facts
+        states = facts.states()
+    else:
+        bench = BENCHES[name]
+        states = _lm_truth.checkpoints(name, root)
     ckpts = []
     for i, st in enumerate(states):
         path = broot / f"ckpt{i}.pt"
         if not path.exists():
             torch.save(st, path)
         ckpts.append(path)
-    masks, outputs = cached_truth(name, root, models)
+    if name == "facts":
+        outputs = np.zeros((0,))
 
-    def metric(s: np.ndarray) -> float:
-        return _lm_score.lds(s, masks, outputs)
+        def metric(s: np.ndarray) -> float:
+            return facts.mrr(s)
+
+    else:
+        masks, outputs = cached_truth(name, root, models)
+
+        def metric(s: np.ndarray) -> float:
+            return _lm_score.lds(s, masks, outputs)
 
     rows, curves = [], {}
     infos = {v: run_store(bench, ckpts, broot, v) for v in ("before", "fisher")}
@@ -179,7 +193,7 @@ def bench_rows(name: str, root: Path, models: int) -> tuple[list[list[str]], dic
                     f"{piped:.3f} ({_lm_score.at(mean, AUTO_C):.3f})",
                     f"{mean[best]:.3f} ({_lm_score.GRID[best]:.3g})",
                     f"{info['cpu']['train']:.1f} ({cost:.2f}×)",
-                    str(len(outputs)),
+                    str(len(outputs)) if name != "facts" else "MRR",
                 ]
             )
     rows += ekfac_rows(name, broot, metric, len(outputs))
