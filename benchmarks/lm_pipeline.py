@@ -65,16 +65,16 @@ class Docs(torch.utils.data.Dataset):
 
 
 def cached_truth(name: str, root: Path, models: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(masks, outputs)`` of the first ``models`` cached subset models (none trained here)."""
+    """``(masks, outputs)`` of the cached subset models among the first ``models`` (none are
+    trained here; one a stopped run did not finish is left out)."""
     n = len(BENCHES[name].corpus().train)
-    outs = []
-    for j in range(models):
-        path = root / name / "truth" / f"subset{j}_seed{1000 + j}.npy"
-        if not path.exists():
-            break
-        outs.append(np.load(path))
-    masks = np.stack([subset_mask(n, 0.5, 0, j) for j in range(len(outs))])
-    return masks, np.stack(outs)
+    found = [
+        (j, path)
+        for j in range(models)
+        if (path := root / name / "truth" / f"subset{j}_seed{1000 + j}.npy").exists()
+    ]
+    masks = np.stack([subset_mask(n, 0.5, 0, j) for j, _ in found])
+    return masks, np.stack([np.load(path) for _, path in found])
 
 
 def job(
