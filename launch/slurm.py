@@ -127,6 +127,7 @@ def submit_array(
 ) -> ArrayJobs:
     """The array of shard runners, the dependent reduce job, the array of ``score_tasks``
     score runners (default ``tasks``; at most one per block) and the merge job."""
+    cfg = resolve_inputs(cfg)  # idempotent; the tasks get absolute paths and model=hf resolved
     with store_lock(cfg.store.path):  # every array is created here, once, before any task runs
         prep = prepare(cfg)
     groups = split(prep.train_tasks + prep.target_tasks, tasks)
