@@ -23,7 +23,7 @@ from trak_dist.projection import BACKENDS, ProjectionKind
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
 from trak_dist.store import CODECS
-from trak_dist.tasks import CURVATURES, CausalLM
+from trak_dist.tasks import CURVATURES, task_defaults
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
 HF_DTYPES = ("float32", "bfloat16", "float16")
@@ -31,8 +31,7 @@ HF_FACTORY = "trak_dist.hf:from_checkpoints"
 DATA_FORMATS = ("custom", "text")
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 TEXT_ROLES = ("text", "text_pair", "prompt", "completion", "messages", "label")
-AUTO = "auto"  # proj_dim / projection.kind: chosen per task (``task_defaults``)
-DEFAULT_PROJ_DIM, LM_PROJ_DIM = 512, 2048
+AUTO = "auto"  # proj_dim / projection.kind: chosen per task (``tasks.task_defaults``)
 
 
 @dataclass(frozen=True)
@@ -237,17 +236,6 @@ class ClusterConfig:
         _positive(self, "num_workers", "object_store_mb")
         if self.max_worker_restarts < 0:
             raise ConfigError(f"max_worker_restarts={self.max_worker_restarts}; expected ≥ 0.")
-
-
-def task_defaults(task: Any) -> tuple[int, str]:
-    """``(proj_dim, projection.kind)`` that ``auto`` means for ``task``: p = 2048 with the
-    Kronecker projection for causal LMs (with their default ``featurize.curvature``, the
-    sampled-label Fisher: the LDS rose 12–34 % over dense p = 512 on four LM benchmarks at
-    1.1–2.2× its featurisation CPU, benchmarks/RESULTS.md "Causal LMs"), else p = 512 with the
-    dense Rademacher matrix (unchanged)."""
-    lm = task == "causal_lm" or isinstance(task, CausalLM)
-    lm = lm or (isinstance(task, type) and issubclass(task, CausalLM))
-    return (LM_PROJ_DIM, "kronecker") if lm else (DEFAULT_PROJ_DIM, "rademacher")
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,8 @@ def test_the_store_records_the_curvature(tmp_path, lm_checkpoints):
     assert store.spec.curvature == "xtx" and store.train_rows(0).G is None
     x, k = store.train_rows(0).read(0, N), store.read_xtx(0)
     np.testing.assert_allclose(k, gram(x), rtol=1e-12, atol=1e-12 * np.abs(x).max() ** 2)
-    fisher = dataclasses.replace(cfg, featurize=dataclasses.replace(cfg.featurize, curvature="auto"))
+    fisher = dataclasses.replace(
+        cfg, featurize=dataclasses.replace(cfg.featurize, curvature="auto")
+    )
     with pytest.raises(StoreMismatchError, match="curvature: store has 'xtx', requested 'fisher'"):
         prepare(fisher)

@@ -49,7 +49,9 @@ def test_fisher_rows_equal_an_autograd_loop_with_the_same_draws(engine):
     ids, mask = padded_tokens(6, length=9, seed=3)
     task = resolve_task("causal_lm")
     computer = make_computer(model, task, None, "cpu", engine)
-    featurizer = build_featurizer(computer, "rademacher", P, SEED, micro_batch=4, curvature="fisher")
+    featurizer = build_featurizer(
+        computer, "rademacher", P, SEED, micro_batch=4, curvature="fisher"
+    )
     batch = {"input_ids": ids, "attention_mask": mask}
     g = featurizer.fisher(batch, MODEL_ID, start=5).double().numpy()
     ref = reference_rows(model, ids, mask, start=5)

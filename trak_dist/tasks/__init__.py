@@ -13,6 +13,7 @@ from trak_dist.tasks._classification import (
     TextClassification,
 )
 from trak_dist.tasks._clip import CLIPOutput
+from trak_dist.tasks._defaults import is_causal_lm, task_defaults
 from trak_dist.tasks._language import CausalLM
 from trak_dist.tasks._sampled import (
     CURVATURES,
@@ -34,9 +35,11 @@ __all__ = [
     "TextClassification",
     "attach_uniforms",
     "describe",
+    "is_causal_lm",
     "margin",
     "resolve_curvature",
     "resolve_task",
+    "task_defaults",
 ]
 
 TASKS: dict[str, type[ModelOutput]] = {
