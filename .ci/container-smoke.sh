@@ -147,7 +147,8 @@ step "the wheelhouse: $TORCH_SPEC, trak_dist's dependencies and its build backen
 mapfile -t DEPS < <(cd "$ROOT" && "$HOST_PYTHON" -c '
 import tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))
-print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))')
+extra = p["project"]["optional-dependencies"]["s3"]  # the image installs the s3 extra too
+print("\n".join(p["project"]["dependencies"] + extra + p["build-system"]["requires"]))')
 key=$(printf '%s\n' "$PY_ON_HOST" "$TORCH_SPEC" "${DEPS[@]}" | sha256sum | cut -c1-16)
 WHEELS="$CACHE/wheels-$key"
 t0=$SECONDS

@@ -135,7 +135,7 @@ def test_embedded_default_then_new_targets_reuse_the_train_features(tmp_path):
 def test_store_subcommand_on_a_path_that_is_no_store(tmp_path):
     out = trak_dist(["store", "verify", str(tmp_path / "nothing.zarr")], tmp_path)
     assert out.returncode == 2
-    assert out.stderr.startswith("trak-dist store: error: no local trak_dist store at ")
+    assert out.stderr.startswith("trak-dist store: error: no trak_dist store at ")
     usage = trak_dist(["store", "--help"], tmp_path)
     assert usage.returncode == 0 and "verify" in usage.stdout and "repair" in usage.stdout
 

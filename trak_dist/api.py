@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +55,11 @@ class Attribution:
     exp: str
     variant: str
     job: JobResult  # the run's timings, reuse counts and per-variant results
+    options: dict[str, Any] = field(default_factory=dict)  # an object store's store.options
 
     def _scores(self) -> Any:
-        sset = FeatureStore.open(self.store, mode="r").score_set(self.exp, self.variant)
+        opened = FeatureStore.open(self.store, mode="r", options=self.options)
+        sset = opened.score_set(self.exp, self.variant)
         if sset is None:
             raise StoreStateError(f"no scores {self.exp}/{self.variant} in {self.store}.")
         return sset
@@ -137,4 +139,10 @@ def run(
     from trak_dist.distributed import run_job  # imports Ray: only when running
 
     result = run_job(cfg)
-    return Attribution(cfg.store.path, cfg.scoring.exp_name, result.scores[0].variant, result)
+    return Attribution(
+        cfg.store.path,
+        cfg.scoring.exp_name,
+        result.scores[0].variant,
+        result,
+        dict(cfg.store.options),
+    )

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trak_dist import _build_cuda, _eval_cli, explain, failures, serve, store
 from trak_dist._compose import conf_dir  # registers the schema; conf_dir is also this module's
+from trak_dist._remote_report import publish, run_name
 from trak_dist._version import __version__
 from trak_dist.config import JobConfig
 from trak_dist.errors import TrakDistError
@@ -80,8 +81,12 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     summary = summarize(result, job.data.train, job.data.targets, job.data.kwargs, figure)
     summary["overrides"] = list(hc.overrides.task)
     if stem is not None:
-        md, _ = write(summary, stem)
+        md, js = write(summary, stem)
         summary["report"] = str(md)
+        # a store on object storage gets the report beside it: no shared folder needed
+        run = run_name(hc.runtime.output_dir)
+        urls = publish([md, js, stem.with_suffix(".png")], job.store.path, run, job.store.options)
+        summary["report"] = urls[0] if urls else summary["report"]
     print(to_markdown(summary))
     if job.report:
         print(f"report: {summary['report']}")
@@ -153,7 +158,11 @@ class SweepSummary(Callback):
         (root / "sweep_summary.md").write_text("\n".join(table) + "\n")
         _plot(rows, root / "sweep_summary.png")
         print("\n".join(table))
-        print(f"sweep summary: {root / 'sweep_summary.md'}")
+        names = ("sweep_summary.md", "sweep_summary.csv", "sweep_summary.png")
+        store = config.get("store") or {}
+        where, options = str(store.get("path") or ""), dict(store.get("options") or {})
+        urls = publish([root / n for n in names], where, run_name(root), options)
+        print(f"sweep summary: {urls[0] if urls else root / 'sweep_summary.md'}")
 
 
 def best_point(rows: list[dict[str, Any]]) -> str:

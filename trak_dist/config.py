@@ -22,7 +22,7 @@ from trak_dist.gradients import ENGINES
 from trak_dist.projection import BACKENDS, ProjectionKind
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
-from trak_dist.store import CODECS
+from trak_dist.store import CODECS, check_store_options
 from trak_dist.tasks import CURVATURES, task_defaults
 
 CLUSTER_KINDS = ("local", "ray", "slurm")
@@ -193,16 +193,26 @@ class FeaturizeConfig:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Where the Zarr store lives and how it is laid out."""
+    """Where the Zarr store lives and how it is laid out.
+
+    Attributes:
+        path: a directory, or an object store URL (``s3://bucket/prefix/run.zarr``,
+            ``gs://…``, ``az://…``; ``pip install 'trak_dist[s3]'``).
+        options: an object store's settings (``endpoint``, ``region``, ``allow_http``, …;
+            ``retry_timeout`` and ``lease_ttl`` in seconds); credentials come from the
+            environment (``AWS_ACCESS_KEY_ID``, …), never from here (docs/cluster.md).
+    """
 
     path: str = "trak_store.zarr"
     codec: str = "none"
     chunk_rows: int = 256
     overwrite: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _one_of(self, "codec", CODECS)
         _positive(self, "chunk_rows")
+        check_store_options(self.path, self.options)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ class StoreStateError(TrakDistError):
     """The store does not hold what the requested step needs (e.g. scoring before featurising)."""
 
 
+class RemoteStoreError(StoreStateError):
+    """An object store (``s3://``, ``gs://``, …) refused or did not answer a request after
+    its retries: the message names the store's URL, never a credential."""
+
+
 class TrakerUsageError(TrakDistError, AssertionError):
     """A TRAKer method was called out of order or with conflicting arguments; also an
     ``AssertionError``, which traker 0.3.2 raises here and its users' code catches."""

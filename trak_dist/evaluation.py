@@ -95,7 +95,7 @@ def evaluate_config(
     # before training: a λ the store cannot score fails in seconds, not after M models
     scored = score_lambdas(cfg, reducer_device(cfg))
     run = run_eval(cfg, on_model)
-    store = FeatureStore.open(run.store, mode="r")
+    store = FeatureStore.open(run.store, mode="r", options=cfg.store.options)
     rows = store_lds(store, run.exp, None, cfg.eval.num_models, cfg.eval.bootstrap, cfg.eval.seed)
     recorded = record_best_lambdas(cfg, rows)
     files = write(rows, run.exp, Path(output_dir), recorded) if output_dir is not None else {}

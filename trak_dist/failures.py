@@ -87,6 +87,8 @@ def describe(e: BaseException) -> str | None:
         # a bad override or config group: Hydra's own message (its cause says which value)
         cause = f" {e.__cause__}" if e.__cause__ is not None else ""
         return _one_line(f"{e}{cause}")
+    if type(e).__module__.startswith("obstore"):  # an object store's, not wrapped by ours
+        return f"the object store failed: {_one_line(str(e)).split(' Debug source')[0]}"
     if isinstance(e, OSError):
         return _os_error(e)
     if isinstance(e, json.JSONDecodeError):
@@ -120,7 +122,9 @@ def exit_on(e: BaseException, prog: str) -> None:
     cause = unwrap(e)
     ours = isinstance(cause, TrakDistError) or type(cause).__module__.startswith("hydra.")
     hint = "" if ours else f" ({DEBUG_ENV}=1 for the traceback)"
-    print(f"{prog}: error: {message}{hint}", file=sys.stderr)
+    from trak_dist.store import redact  # no credential of the environment in a message
+
+    print(f"{prog}: error: {redact(message)}{hint}", file=sys.stderr)
     raise SystemExit(2) from None
 
 

@@ -17,7 +17,7 @@ from trak_dist.explain import shorten
 from trak_dist.pipeline import JobResult
 from trak_dist.scoring import AUTO, auto_rule
 from trak_dist.sources import build_dataset
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureStore, is_url
 
 SHOW_TARGETS = 3
 AGREEMENT_TARGETS = 100
@@ -41,11 +41,11 @@ def _chance(train: Any, targets: Any, shown: int, sample: int = 5000) -> float:
     return float(np.mean([np.mean(labels == _label(targets, t)) for t in range(shown)]))
 
 
-def _lds(store: str, exp: str, variant: str) -> dict[str, Any]:
+def _lds(store: str, exp: str, variant: str, options: dict[str, Any]) -> dict[str, Any]:
     """``{"lds": {...}}`` when the store has subset models for ``exp``, else ``{}``."""
     from trak_dist.lds import store_lds  # scipy: only when there is something to measure
 
-    opened = FeatureStore.open(store, mode="r")
+    opened = FeatureStore.open(store, mode="r", options=options)
     if opened.eval_set(exp) is None:
         return {}
     try:
@@ -85,7 +85,7 @@ def summarize(
     subset models."""
     out: dict[str, Any] = {
         "trak_dist_version": __version__,
-        "store": str(Path(result.store).resolve()),
+        "store": result.store if is_url(result.store) else str(Path(result.store).resolve()),
         "store_format_version": result.format_version,
         "exp": result.exp,
         "n": result.n,
@@ -119,12 +119,13 @@ def summarize(
                 "blocks": v.blocks,
                 "blocks_computed": v.blocks_computed,
                 "blocks_reused": v.blocks_reused,
+                "worker_restarts": v.worker_restarts,
                 "bytes_read": v.bytes_read,
                 "bytes_written": v.bytes_written,
             },
             "examples": [],
         }
-        entry.update(_lds(result.store, result.exp, v.variant))
+        entry.update(_lds(result.store, result.exp, v.variant, result.store_options))
         for t in range(min(SHOW_TARGETS, result.m)):
             ex: dict[str, Any] = {
                 "target": t,
@@ -191,6 +192,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
                 f"{sc['x_passes']}× (super-blocks of {sc['super_block']} targets); blocks "
                 f"computed {sc['blocks_computed']}, reused {sc['blocks_reused']} of "
                 f"{sc['blocks']}; {sc['bytes_read']} bytes read, {sc['bytes_written']} written"
+                + (f"; score workers replaced {n}" if (n := sc.get("worker_restarts")) else "")
             )
         lines.append("")
         if v["examples"] and "target_text" in v["examples"][0]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import glob
 import importlib
 import pickle
+import socket
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from torch import Tensor, nn
 from trak_dist.batches import batch_of as batch_of  # re-exported: workers' import
 from trak_dist.errors import ConfigError
 from trak_dist.failures import gist
+from trak_dist.store import is_url, local_copy
 
 
 def load_object(ref: Any, what: str) -> Any:
@@ -50,22 +53,27 @@ def build_model(factory: Any, kwargs: dict[str, Any]) -> nn.Module:
     return model
 
 
-def checkpoint_paths(ref: Any) -> list[Path]:
+def checkpoint_paths(ref: Any) -> list[Path | str]:
     """The checkpoints: a list of paths, or a callable / import path that returns one. A path
     is a state-dict file, or a Hugging Face model / PEFT adapter directory (globs expand; every
-    directory must be the first one's architecture, see ``trak_dist.hf``)."""
-    if callable(ref) or (isinstance(ref, str) and ":" in ref and not Path(ref).exists()):
-        paths = call(ref, "model.checkpoints")
-    else:
-        paths = ref
+    directory must be the first one's architecture, see ``trak_dist.hf``). URLs
+    (``s3://…``) stay URLs: each process reads its node's copy (``trak_dist.store.local_copy``)."""
+    paths = call(ref, "model.checkpoints") if _is_provider(ref) else ref
     if isinstance(paths, (str, Path)):
         paths = [paths]
+    if any(is_url(p) for p in paths):
+        local = [local_copy(p, "model.checkpoints") for p in paths]
+        if any(p.is_dir() for p in local):
+            from trak_dist.hf import check_dirs
+
+            check_dirs(local)
+        return [str(p).rstrip("/") if is_url(p) else Path(p).resolve() for p in paths]
     if any(Path(p).is_dir() or glob.has_magic(str(p)) for p in paths):
         from trak_dist.hf import check_dirs, expand
 
         dirs = expand(paths)
         check_dirs(dirs)
-        return dirs
+        return list(dirs)
     # absolute: workers may run in another working directory (or on another node)
     out = [Path(p).resolve() for p in paths]
     if not out:
@@ -73,18 +81,50 @@ def checkpoint_paths(ref: Any) -> list[Path]:
     missing = [str(p) for p in out if not p.is_file()]
     if missing:
         raise ConfigError(f"checkpoint files not found: {missing}.")
-    return out
+    return list(out)
 
 
-def load_state_dict(path: Path, device: torch.device | str = "cpu") -> dict[str, Tensor]:
+def _is_provider(ref: Any) -> bool:
+    """A callable, or the import path of one, that returns the checkpoints."""
+    return callable(ref) or (
+        isinstance(ref, str) and ":" in ref and not is_url(ref) and not Path(ref).exists()
+    )
+
+
+def node_checkpoints(ref: Any, paths: Sequence[Path | str]) -> list[Path | str]:
+    """``paths`` (the driver's ``checkpoint_paths(ref)``) as this process's node sees them.
+
+    On a cluster without shared storage, a file on the driver's disk is missing elsewhere. A
+    callable ``ref`` (the bundled examples train theirs on first use) is then called here, for
+    this node's own copies: the store's checkpoint fingerprints check that they hold the same
+    bytes. A plain path is an error saying what to give instead.
+
+    Raises:
+        ConfigError: a checkpoint path that is not on this node.
+    """
+    missing = [str(p) for p in paths if not is_url(p) and not Path(p).exists()]
+    if not missing:
+        return list(paths)
+    if _is_provider(ref):
+        return checkpoint_paths(ref)
+    raise ConfigError(
+        f"checkpoints {missing} are not on node {socket.gethostname()}: on a cluster, give "
+        "model.checkpoints as object storage URLs (s3://…, gs://…) or as paths that every node "
+        "mounts at the same place."
+    )
+
+
+def load_state_dict(path: Path | str, device: torch.device | str = "cpu") -> dict[str, Tensor]:
     """Weights only (``weights_only=True``: no code from the file runs).
 
-    A Hugging Face checkpoint directory gives its weights (``trak_dist.hf.load_state``).
+    A Hugging Face checkpoint directory gives its weights (``trak_dist.hf.load_state``); a URL,
+    its local copy's.
 
     Raises:
         ConfigError: the file is truncated, corrupt, or holds more than tensors.
     """
-    if Path(path).is_dir():
+    path = local_copy(path, "model.checkpoints")
+    if path.is_dir():
         from trak_dist.hf import load_state
 
         return {k: v.to(device) for k, v in load_state(Path(path)).items()}

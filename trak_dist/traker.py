@@ -40,6 +40,8 @@ from trak_dist.store import (
     FeatureStore,
     RowSet,
     checkpoint_fingerprint,
+    is_url,
+    local_path,
     store_lock,
     variant_name,
 )
@@ -70,6 +72,8 @@ class TRAKer:
         dataset_fingerprint: names the train set in the store (rows are hashed regardless).
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.
+        storage_options: ``save_dir`` on object storage (``s3://bucket/run.zarr``): its
+            ``store.options`` (endpoint, region, …; credentials from the environment).
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class TRAKer:
         store_codec: str = DEFAULT_CODEC,
         chunk_rows: int = 256,
         topk: int = 10,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if saver is not None or score_computer is not None:
             raise ConfigError(
@@ -150,8 +155,10 @@ class TRAKer:
             chunk_rows=chunk_rows,
             projection_params=getattr(self.projector, "spec_params", ""),
         )
-        self.save_dir = Path(save_dir).resolve()
-        self.store = FeatureStore.create_or_open(self.save_dir, spec, store_codec, overwrite)
+        self.save_dir = save_dir if is_url(save_dir) else Path(local_path(save_dir)).resolve()
+        self.store = FeatureStore.create_or_open(
+            self.save_dir, spec, store_codec, overwrite, options=storage_options
+        )
         self.reducer = Reducer(self.store, self.device)
         self.load_from_save_dir = bool(load_from_save_dir)
         self._mine: set[int] = set()  # checkpoints this instance loaded (load_from_save_dir=False)
@@ -190,7 +197,7 @@ class TRAKer:
         self._fingerprints[rows.group.path] = fingerprint
         self._model_id = int(model_id)
         self._mine.add(int(model_id))
-        return RowTracker(rows, self.store.where, self._writer, fingerprint)
+        return RowTracker(rows, self.store.where, self._writer, fingerprint, self.store.options)
 
     def _load(self, checkpoint: Mapping[str, Tensor]) -> str:
         self.computer.load_state_dict(dict(checkpoint))
@@ -204,7 +211,9 @@ class TRAKer:
     ) -> None:
         """Load a checkpoint's weights and make ``model_id`` the one ``featurize`` writes."""
         fingerprint = self._load(checkpoint)
-        with store_lock(self.store.where):  # processes sharding one checkpoint create it once
+        with store_lock(
+            self.store.where, options=self.store.options
+        ):  # processes sharding one checkpoint create it once
             try:
                 rows = self.store.ensure_checkpoint(model_id, fingerprint)
             except StoreMismatchError as e:
@@ -231,7 +240,7 @@ class TRAKer:
     ) -> None:
         """Compute XᵀX (float64) and its eigendecomposition for each checkpoint, once."""
         for model_id in self._ids(model_ids):
-            with store_lock(self.store.where):
+            with store_lock(self.store.where, options=self.store.options):
                 rows = self.store.train_rows(model_id)
                 fold_all(
                     rows,
@@ -250,7 +259,7 @@ class TRAKer:
     ) -> None:
         """Load a checkpoint to featurise the targets of experiment ``exp_name`` with."""
         fingerprint = self._load(checkpoint)
-        with store_lock(self.store.where):
+        with store_lock(self.store.where, options=self.store.options):
             self.store.ensure_experiment(exp_name, num_targets, None)
             rows = self.store.ensure_target_checkpoint(exp_name, model_id, fingerprint)
         self._targets = self._track(rows, fingerprint, model_id)

@@ -70,7 +70,7 @@ def fold_targets(
     are skipped with a warning under ``allow_skip``, else an error)."""
     ready = []
     for c in ids:
-        with store_lock(store.where):
+        with store_lock(store.where, options=store.options):
             try:
                 rows = store.target_rows(exp_name, c)
                 fold_all(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureStore, is_url
 
 
 class SaverView:
@@ -17,7 +17,7 @@ class SaverView:
         self._store = store
         self._variant = variant
         self.current_model_id = current_model_id
-        self.save_dir = Path(store.where) if "://" not in store.where else store.where
+        self.save_dir = store.where if is_url(store.where) else Path(store.where)
         self.train_set_size = store.spec.train_size
         self.proj_dim = store.spec.proj_dim
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -20,9 +21,17 @@ class RowTracker:
     staged later elsewhere are recomputed: only work is lost). Writes stage under ``writer``
     with item hashes, and fold whole chunks at once when the store lock is free."""
 
-    def __init__(self, rows: RowSet, where: str, writer: str, checkpoint: str) -> None:
+    def __init__(
+        self,
+        rows: RowSet,
+        where: str,
+        writer: str,
+        checkpoint: str,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.rows = rows
         self.where = where
+        self.options = options
         self.writer = writer
         self.checkpoint = checkpoint
         self.done = rows.staged.rows_done(checkpoint)
@@ -61,7 +70,7 @@ class RowTracker:
         size = self.rows.chunk_rows
         whole = [c for c in touched if self.done[c * size : (c + 1) * size].all()]
         if whole:
-            with store_lock(self.where, wait=False) as free:
+            with store_lock(self.where, wait=False, options=self.options) as free:
                 if free:
                     self.rows.staged.fold(np.asarray(whole), self.checkpoint)
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import ray
 from ray._private import ray_constants
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from trak_dist.config import ClusterConfig, JobConfig
 from trak_dist.errors import ConfigError
@@ -149,7 +150,7 @@ def worker_count(cluster: ClusterConfig, tasks: int) -> int:
     return max(1, min(wanted, tasks))
 
 
-def start_worker(cfg: JobConfig, checkpoints: Sequence[Path], width: int) -> Any:
+def start_worker(cfg: JobConfig, checkpoints: Sequence[Path | str], width: int) -> Any:
     c = cfg.cluster
     return RemoteWorker.options(
         num_cpus=c.cpus_per_worker, num_gpus=gpus_per_worker(c), max_restarts=0
@@ -162,13 +163,20 @@ def start_scorer(cfg: JobConfig) -> Any:
     c = cfg.cluster
     return RemoteScorer.options(
         num_cpus=c.cpus_per_worker, num_gpus=gpus_per_worker(c), max_restarts=0
-    ).remote(cfg.store.path, reducer_device(cfg))
+    ).remote(cfg.store.path, reducer_device(cfg), cfg.store.options)
 
 
 def start_reducer(cfg: JobConfig) -> Any:
-    # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot
-    return RemoteReducer.options(num_cpus=0, num_gpus=cfg.cluster.reducer_gpus).remote(
-        cfg.store.path, reducer_device(cfg)
+    # num_cpus=0: it idles while workers featurise, so it must not hold a worker's slot.
+    # Without a GPU, on the driver's node: the job ends with that node anyway, while a reducer
+    # on a worker node would make that node's loss end the job too (it holds the partial XᵀX
+    # sums in memory). Hard affinity: under soft affinity Ray 2.60 placed such a zero-resource
+    # actor on another node 3 times in 4 (tests/multinode). With a GPU, wherever one is free.
+    gpus = cfg.cluster.reducer_gpus
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    placement: dict[str, Any] = {} if gpus else {"scheduling_strategy": here}
+    return RemoteReducer.options(num_cpus=0, num_gpus=gpus, **placement).remote(
+        cfg.store.path, reducer_device(cfg), cfg.store.options
     )
 
 

@@ -5,6 +5,7 @@ rerun of the job resumes (docs/design.md, "Scoring at scale")."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -40,26 +41,51 @@ def run_blocks(
     actors: list[Any] = [_ray.start_scorer(cfg) for _ in range(count)]
     pending, idle = deque(tasks), deque(range(count))
     inflight: dict[Any, tuple[BlockTask, int]] = {}
+    # replacements of dead workers get blocks once they are up: one whose node is gone may wait
+    # for a node that never comes, while the workers left run every block
+    starting: dict[Any, int] = {}
     failed: Counter[tuple[int, int]] = Counter()
     results: list[BlockResult] = []
+    waited = time.monotonic()
+
+    def replace(slot: int) -> None:
+        actors[slot] = _ray.start_scorer(cfg)
+        starting[actors[slot].__ray_ready__.remote()] = slot
+
     try:
         while pending or inflight:
             while pending and idle:
                 slot, task = idle.popleft(), pending.popleft()
                 inflight[actors[slot].run.remote(task)] = (task, slot)
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_S)
+            ready, _ = ray.wait([*inflight, *starting], num_returns=1, timeout=POLL_S)
             ctrl_c.check()
+            if ready or inflight:
+                waited = time.monotonic()
+            elif time.monotonic() - waited > cfg.cluster.start_timeout_s:
+                raise WorkerFailedError(
+                    f"no score worker started within {cfg.cluster.start_timeout_s:.0f} s "
+                    "(cluster.start_timeout_s) after every worker was lost; the cluster has "
+                    f"{ray.cluster_resources()}. Rerun to resume: committed blocks are kept."
+                )
             for ref in ready:
+                if ref in starting:
+                    slot = starting.pop(ref)
+                    try:
+                        ray.get(ref)
+                        idle.append(slot)
+                    except RayActorError as e:
+                        policy.worker_lost(f"score worker {slot} failed to start", e)
+                        replace(slot)
+                    continue
                 task, slot = inflight.pop(ref)
                 where = (task.row_range, task.super_block)
                 try:
                     result: BlockResult = ray.get(ref)
                 except RayActorError as e:
                     policy.worker_lost(f"score worker {slot} died running block {where}", e)
-                    actors[slot] = _ray.start_scorer(cfg)
+                    replace(slot)
                     pending.appendleft(task)
                     policy.retries += 1
-                    idle.append(slot)
                     continue
                 except RayTaskError as e:
                     cause = failures.unwrap(e)
@@ -83,7 +109,7 @@ def run_blocks(
                 if on_block is not None:
                     on_block(result)
     finally:
-        _ray.stop(actors, force=bool(inflight))
+        _ray.stop(actors, force=bool(inflight or starting))
         if inflight:
             ready, _ = ray.wait(list(inflight), num_returns=len(inflight), timeout=2.0)
             for ref in ready:

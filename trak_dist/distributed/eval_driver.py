@@ -71,7 +71,7 @@ def _settings(cfg: JobConfig, store: FeatureStore) -> dict[str, Any]:
 
 def open_eval(cfg: JobConfig) -> tuple[FeatureStore, EvalSet]:
     """The store and its ground-truth group for ``cfg`` (created here, under the store lock)."""
-    store = FeatureStore.open(cfg.store.path)
+    store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
     exp = cfg.scoring.exp_name
     if exp not in store.experiments():
         raise StoreStateError(
@@ -79,7 +79,7 @@ def open_eval(cfg: JobConfig) -> tuple[FeatureStore, EvalSet]:
             f"{store.experiments()}): run `trak-dist` with the same settings first, then "
             "`trak-dist eval`."
         )
-    with store_lock(cfg.store.path):
+    with store_lock(cfg.store.path, options=cfg.store.options):
         ev = store.ensure_eval(exp, _settings(cfg, store), cfg.eval.overwrite)
     return store, ev
 

@@ -37,7 +37,7 @@ IGNORE = -100
 
 def job_score_set(cfg: Any, store: FeatureStore | None = None) -> Any:
     """The score set of the job ``cfg`` (its experiment and variant), or a StoreStateError."""
-    store = store or FeatureStore.open(cfg.store.path, mode="r")
+    store = store or FeatureStore.open(cfg.store.path, mode="r", options=cfg.store.options)
     exp, kinv_scaling = cfg.scoring.exp_name, cfg.scoring.kinv_scaling
     lam, _ = resolve_best(store, exp, cfg.proj_dim, cfg.lambda_reg, kinv_scaling)
     sset = store.score_set(exp, variant_name(cfg.proj_dim, lam, kinv_scaling))
@@ -77,7 +77,7 @@ class TokenExplainer:
                 f"per-token explanations are for task=causal_lm; got task.name={cfg.task.name!r}."
             )
         self.cfg, self.train = cfg, train
-        store = FeatureStore.open(cfg.store.path, mode="r")
+        store = FeatureStore.open(cfg.store.path, mode="r", options=cfg.store.options)
         sset = job_score_set(cfg, store)
         attrs = sset.attrs
         self.model_ids = [int(c) for c in attrs["model_ids"]]

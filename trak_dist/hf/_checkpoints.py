@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from trak_dist.errors import ConfigError
+from trak_dist.store import is_url, local_copy
 
 MODEL_FILE = "config.json"
 ADAPTER_FILE = "adapter_config.json"
@@ -45,12 +46,15 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def expand(ref: Any) -> list[Path]:
-    """``model.checkpoints`` (a list, one path, or a glob) → absolute paths, globs sorted."""
+    """``model.checkpoints`` (a list, one path, or a glob) → absolute paths, globs sorted; a
+    URL → its local copy on this node (``trak_dist.store.local_copy``)."""
     items = [ref] if isinstance(ref, (str, Path)) else list(ref)
     out: list[Path] = []
     for item in items:
         text = str(item)
-        if glob.has_magic(text):
+        if is_url(text):
+            out.append(local_copy(text, "model.checkpoints"))
+        elif glob.has_magic(text):
             found = sorted(glob.glob(text))
             if not found:
                 raise ConfigError(f"model.checkpoints glob {text!r} matches nothing.")
@@ -62,7 +66,11 @@ def expand(ref: Any) -> list[Path]:
 
 
 def absolute(ref: Any) -> list[str]:
-    """``expand`` as strings (a config value that pickles and prints plainly)."""
+    """``expand`` as strings (a config value that pickles and prints plainly); URLs stay URLs
+    (each node reads its own copy)."""
+    items = [ref] if isinstance(ref, (str, Path)) else list(ref)
+    if any(is_url(i) for i in items):
+        return [str(i).rstrip("/") if is_url(i) else str(expand(i)[0]) for i in items]
     return [str(p) for p in expand(ref)]
 
 

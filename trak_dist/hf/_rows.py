@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trak_dist.errors import ConfigError, DataError
+from trak_dist.store import local_copy
 
 
 def read_rows(path: str | Path, what: str) -> Any:
@@ -19,7 +20,7 @@ def read_rows(path: str | Path, what: str) -> Any:
     """
     import datasets
 
-    p = Path(path).expanduser()
+    p = local_copy(path, what).expanduser()  # a URL: this node's copy
     if not p.exists():
         raise ConfigError(f"{what}={str(path)!r} does not exist; give a data file or directory.")
     suffix = p.suffix.lower()

@@ -25,6 +25,7 @@ from trak_dist.errors import ConfigError, DataError
 from trak_dist.hf._checkpoints import MODEL_FILE, expand, is_adapter, model_dir, read_json
 from trak_dist.hf._rows import read_rows
 from trak_dist.hf._tokenize import IGNORE_INDEX, Encoded, Tokenise, pick_mode
+from trak_dist.store import is_url
 
 if TYPE_CHECKING:
     from trak_dist.config import DataConfig, ModelConfig, TextConfig
@@ -257,7 +258,7 @@ def text_sources(data: DataConfig, model: ModelConfig, task: Any) -> DataConfig:
         if isinstance(ref, TextSource) or not isinstance(ref, (str, Path)):
             return ref
         return TextSource(
-            str(Path(ref).expanduser().resolve()),
+            str(ref).rstrip("/") if is_url(ref) else str(Path(ref).expanduser().resolve()),
             what,
             text,
             model.kwargs["checkpoints"],

@@ -64,7 +64,7 @@ def score_lambdas(cfg: JobConfig, device: str = "cpu") -> list[str]:
     the variants scored now (those already complete are kept as they are)."""
     if not cfg.eval.lambdas:
         return []
-    store = FeatureStore.open(cfg.store.path)
+    store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
     exp, p, scaling = cfg.scoring.exp_name, cfg.proj_dim, cfg.scoring.kinv_scaling
     if exp not in store.experiments():
         raise StoreStateError(
@@ -74,7 +74,7 @@ def score_lambdas(cfg: JobConfig, device: str = "cpu") -> list[str]:
         )
     ids = model_ids(store, exp, p, scaling)
     # factorising writes the store's shared factor arrays: serialised like the pipeline's
-    with store_lock(cfg.store.path):
+    with store_lock(cfg.store.path, options=cfg.store.options):
         for c in ids:
             ensure_factor(store, c, p, device)
     done = set(store.score_variants(exp))
@@ -103,14 +103,14 @@ def record_best_lambdas(cfg: JobConfig, rows: Sequence[VariantLDS]) -> dict[int,
     """Record the best λ per proj_dim of ``rows`` (measured against ``eval/<exp>``) in the
     store; returns the records by proj_dim."""
     exp, scaling = cfg.scoring.exp_name, cfg.scoring.kinv_scaling
-    store = FeatureStore.open(cfg.store.path)
+    store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
     ev = store.eval_set(exp)
     if ev is None:
         return {}
     settings = ev.settings
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     records = {}
-    with store_lock(cfg.store.path):
+    with store_lock(cfg.store.path, options=cfg.store.options):
         for p, top in best_by_proj_dim(rows, scaling).items():
             peers = [r for r in rows if r.proj_dim == p and r.kinv_scaling == scaling]
             rec = {

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -17,8 +19,13 @@ class BlockScorer:
     """Computes and commits score blocks (``score_block``) of the store at ``store``; holds
     what one block needs (``scoring.memory``), nothing between blocks but the open store."""
 
-    def __init__(self, store: str, device: str | torch.device = "cpu") -> None:
-        self.store = FeatureStore.open(store)
+    def __init__(
+        self,
+        store: str,
+        device: str | torch.device = "cpu",
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = FeatureStore.open(store, options=options)
         self.device = torch.device(device)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 

@@ -83,7 +83,7 @@ class InProcessExecutor(Executor):
         return self.reducer
 
     def start(self, cfg: JobConfig, prep: Prepared) -> None:
-        self.reducer = Reducer(cfg.store.path, reducer_device(cfg))
+        self.reducer = Reducer(cfg.store.path, reducer_device(cfg), cfg.store.options)
 
     def featurize(
         self, cfg: JobConfig, prep: Prepared, on_shard: OnShard | None

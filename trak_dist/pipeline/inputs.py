@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 
 from trak_dist.config import HF_FACTORY, JobConfig, ModelConfig
+from trak_dist.store import is_url, local_path
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +53,9 @@ def _resolve_model(model: ModelConfig) -> ModelConfig:
 
 def absolute_store(cfg: JobConfig) -> JobConfig:
     """Workers run in their own working directory (or on another node): ship absolute paths."""
-    if "://" in cfg.store.path:
+    if is_url(cfg.store.path):
         return cfg
-    path = Path(cfg.store.path)
+    path = Path(local_path(cfg.store.path))  # file:///abs/store.zarr is a directory too
     if not path.is_absolute() and cfg.cluster.kind != "local":
         logger.warning(
             "store.path=%s is relative: it resolves to %s on the driver's machine (under `ray "

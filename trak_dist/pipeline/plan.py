@@ -35,7 +35,7 @@ class Prepared:
     """The resolved job: sizes, checkpoints and the shard tasks still to run."""
 
     store: FeatureStore
-    checkpoints: list[Path]
+    checkpoints: list[Path | str]  # URLs stay URLs: each node reads its own copy
     n: int
     m: int
     grad_dim: int
@@ -113,7 +113,12 @@ def prepare(cfg: JobConfig) -> Prepared:
         curvature=resolve_curvature(cfg.featurize.curvature, task),
     )
     store = FeatureStore.create_or_open(
-        cfg.store.path, spec, cfg.store.codec, overwrite=cfg.store.overwrite, row_hashes=hashes
+        cfg.store.path,
+        spec,
+        cfg.store.codec,
+        overwrite=cfg.store.overwrite,
+        row_hashes=hashes,
+        options=cfg.store.options,
     )
     exp = cfg.scoring.exp_name
     store.ensure_experiment(exp, m, dataset_fingerprint(targets))

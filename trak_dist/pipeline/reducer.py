@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,8 +29,14 @@ class Reducer(Scorer):
     so XᵀX is the float64 rounding of the exact sum (to ~K²·2⁻¹⁰⁶ relative): the same bits
     whatever the order partials arrive in or the number of workers."""
 
-    def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
-        super().__init__(store, device)
+    def __init__(
+        self,
+        store: str | FeatureStore,
+        device: str | torch.device = "cpu",
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``store``: an open store, or its path (``options``: its ``store.options``)."""
+        super().__init__(store, device, options)
         self._sums: dict[int, np.ndarray] = {}
         self._errors: dict[int, np.ndarray] = {}
         self._covered: dict[int, list[tuple[int, int]]] = {}

@@ -4,6 +4,7 @@ frozen dataclasses, never dicts read by key."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trak_dist.scoring import ScoreResult
 
@@ -45,3 +46,4 @@ class JobResult:
     task_retries: int
     conditioning: dict[int, dict[int, float]]
     format_version: int
+    store_options: dict[str, Any] = field(default_factory=dict)

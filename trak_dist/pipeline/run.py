@@ -39,7 +39,7 @@ def run_pipeline(
         # sweep (e.g. one SLURM job per point) would otherwise all featurise, and rewrite the
         # shared factor arrays under each other's readers. Scoring writes per-variant arrays
         # and runs unlocked, in parallel.
-        with store_lock(cfg.store.path):
+        with store_lock(cfg.store.path, options=cfg.store.options):
             prep = prepare(cfg)
             variants = variants or [(prep.proj_dim, cfg.lambda_reg)]
             executor.start(cfg, prep)
@@ -80,8 +80,8 @@ def reduce_stored(
     chunks not featurised. Returns the reducer, the condition numbers and the seconds."""
     t0 = time.perf_counter()
     ids = list(range(checkpoints))
-    with store_lock(cfg.store.path):
-        reducer = Reducer(cfg.store.path, reducer_device(cfg))
+    with store_lock(cfg.store.path, options=cfg.store.options):
+        reducer = Reducer(cfg.store.path, reducer_device(cfg), cfg.store.options)
         for mid in ids:
             reducer.reduce_stored(mid)
         conditioning = reducer.factorize(ids, sorted({p for p, _ in variants}))
@@ -123,4 +123,5 @@ def job_result(
         task_retries=feats.task_retries,
         conditioning=conditioning,
         format_version=store.spec.format_version,
+        store_options=dict(cfg.store.options),
     )

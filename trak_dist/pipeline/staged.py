@@ -74,7 +74,7 @@ def merge_from_store(
 ) -> JobResult:
     """Merge and publish each variant once every block is committed (StoreStateError naming
     how many are not); ``results``: the blocks the score tasks computed, any variant."""
-    reducer = Reducer(cfg.store.path, reducer_device(cfg))
+    reducer = Reducer(cfg.store.path, reducer_device(cfg), cfg.store.options)
     scores: list[ScoreResult] = []
     for request, ref in zip(staged.requests, staged.jobs, strict=True):
         reducer.adopt(ref)

@@ -18,7 +18,13 @@ from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.pipeline._shards import ShardResult, ShardTask
 from trak_dist.scoring import gram
-from trak_dist.sources import batch_of, build_dataset, build_model, load_state_dict
+from trak_dist.sources import (
+    batch_of,
+    build_dataset,
+    build_model,
+    load_state_dict,
+    node_checkpoints,
+)
 from trak_dist.store import FeatureStore, RowSet, check_unchanged, file_fingerprint, row_hashes
 from trak_dist.tasks import resolve_task
 
@@ -48,11 +54,12 @@ class Worker:
         feature_width: p of the stored features.
     """
 
-    def __init__(self, cfg: JobConfig, checkpoints: list[Path], feature_width: int) -> None:
+    def __init__(self, cfg: JobConfig, checkpoints: list[Path | str], feature_width: int) -> None:
         self.cfg = cfg
-        self.checkpoints = checkpoints
+        # the driver's paths; on a cluster without shared storage, this node's own copies
+        self.checkpoints = node_checkpoints(cfg.model.checkpoints, checkpoints)
         self.device = pick_device(cfg.featurize.device)
-        self.store = FeatureStore.open(cfg.store.path)
+        self.store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
         model = build_model(cfg.model.factory, cfg.model.kwargs)
         task = resolve_task(cfg.task.name, **cfg.task.kwargs)
         computer = make_computer(

@@ -92,7 +92,7 @@ def prepare_scoring(
     chunks = (min(n, spec.chunk_rows), plan.target_block)
     # held until publish or release: resume (or removal of another plan's set) and Y are
     # never done under another scoring of the variant
-    lease = scoring_lease(store.where, exp, name)
+    lease = scoring_lease(store.where, exp, name, store.options)
     try:
         sset, resumed = store.resume_scores(exp, name, key, grid, chunks, plan.full, attrs)
         try:

@@ -6,7 +6,9 @@ executor; ``hand_over`` / ``adopt`` carry a prepared scoring to another process 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -66,8 +68,16 @@ class Scorer:
     """Scores variants of the store at ``store`` on ``device``, one at a time; holds what one
     scoring needs (``scoring.memory``) and the variant's lease until it publishes or stops."""
 
-    def __init__(self, store: str | FeatureStore, device: str | torch.device = "cpu") -> None:
-        self.store = store if isinstance(store, FeatureStore) else FeatureStore.open(store)
+    def __init__(
+        self,
+        store: str | FeatureStore,
+        device: str | torch.device = "cpu",
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``store``: an open store, or its path (``options``: its ``store.options``)."""
+        self.store = (
+            store if isinstance(store, FeatureStore) else FeatureStore.open(store, options=options)
+        )
         self.device = torch.device(device)
         self._job: ScoreJob | None = None
         self._started = 0.0

@@ -54,7 +54,7 @@ class Attributor:
     def __init__(self, cfg: JobConfig) -> None:
         sv = cfg.serve
         self.device = pick_device(sv.device)
-        store = FeatureStore.open(cfg.store.path, mode="r")
+        store = FeatureStore.open(cfg.store.path, mode="r", options=cfg.store.options)
         self.store_dtype = np.dtype(store.spec.dtype)
         paths = checkpoint_paths(cfg.model.checkpoints)
         self.model_ids = list(range(len(paths)))

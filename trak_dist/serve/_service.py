@@ -10,7 +10,7 @@ from trak_dist.config import LOOPBACK, JobConfig, ServeConfig
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.pipeline import resolve_inputs
 from trak_dist.sources import checkpoint_paths
-from trak_dist.store import FeatureStore, file_fingerprint
+from trak_dist.store import FeatureStore, file_fingerprint, is_url
 
 APP_NAME = "trak_dist"
 
@@ -53,12 +53,12 @@ def check_servable(cfg: JobConfig) -> None:
         StoreStateError: no store, or a checkpoint's train features are incomplete.
         StoreMismatchError: a checkpoint file is not the one the store's rows come from.
     """
-    if not Path(cfg.store.path).exists():
+    if not is_url(cfg.store.path) and not Path(cfg.store.path).exists():
         raise StoreStateError(
             f"no store at {cfg.store.path}: run the batch job first (`trak-dist` with the same "
             "overrides), then `trak-dist serve`."
         )
-    store = FeatureStore.open(cfg.store.path, mode="r")
+    store = FeatureStore.open(cfg.store.path, mode="r", options=cfg.store.options)
     for c, path in enumerate(checkpoint_paths(cfg.model.checkpoints)):
         rows = store.train_rows(c)
         if not rows.is_complete():

@@ -1,4 +1,5 @@
-"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH``.
+"""``trak-dist store verify PATH`` and ``trak-dist store repair PATH`` (a directory or an object
+store URL, ``-o KEY=VALUE`` for its ``store.options``).
 
 Exit codes: 0 sound (verify) or repaired (repair); 1 problems found (verify) or some not
 repairable (repair); 2 not a store we can check."""
@@ -8,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trak_dist.errors import TrakDistError
+from trak_dist.errors import ConfigError, TrakDistError
+from trak_dist.store._remote import check_options
 from trak_dist.store._repair import repair
 from trak_dist.store._verify import Report, verify
 
@@ -25,9 +27,29 @@ def _parser() -> argparse.ArgumentParser:
         (_repair, "un-commit damaged chunks and drop what was derived from them"),
     ):
         cmd = sub.add_parser(run.__name__.lstrip("_"), help=text)
-        cmd.add_argument("path", help="the store directory")
+        cmd.add_argument("path", help="the store: a directory or an object store URL (s3://…)")
+        cmd.add_argument(
+            "-o",
+            "--option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="an object store's store.options entry (endpoint, region, …); credentials "
+            "come from the environment (AWS_ACCESS_KEY_ID, …)",
+        )
         cmd.set_defaults(run=run)
     return p
+
+
+def _options(pairs: list[str], path: str) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair!r}; expected KEY=VALUE (e.g. region=us-east-1).")
+        options[key] = value
+    check_options(path, options)
+    return options
 
 
 def _print_problems(report: Report) -> None:
@@ -38,14 +60,14 @@ def _print_problems(report: Report) -> None:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        return int(args.run(args.path))
+        return int(args.run(args.path, _options(args.option, args.path)))
     except TrakDistError as e:
         print(f"trak-dist store: error: {e}", file=sys.stderr)
         return 2
 
 
-def _verify(path: str) -> int:
-    report = verify(path)
+def _verify(path: str, options: dict[str, str]) -> int:
+    report = verify(path, options)
     if not report.problems:
         print(
             f"{report.where}: sound ({report.chunks_checked} committed chunks and every "
@@ -62,8 +84,8 @@ def _verify(path: str) -> int:
     return 1
 
 
-def _repair(path: str) -> int:
-    report, actions = repair(path)
+def _repair(path: str, options: dict[str, str]) -> int:
+    report, actions = repair(path, options)
     if not report.problems and not actions:
         print(f"{report.where}: nothing to repair ({report.chunks_checked} chunks checked).")
         return 0

@@ -4,18 +4,22 @@ chunks whose data is whole; the next run recomputes exactly what went (see ``_ve
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from trak_dist.store._eval import EvalSet
 from trak_dist.store._integrity import delete_chunk
 from trak_dist.store._layout import CONTAINERS, EVAL, chunk_coords
 from trak_dist.store._lock import store_lock
+from trak_dist.store._object_store import open_zarr
 from trak_dist.store._rows import RowSet
 from trak_dist.store._staging import shadows
+from trak_dist.store._tree import Tree
 from trak_dist.store._verify import Report, verify
 from trak_dist.store._verify_rows import spans
 from trak_dist.store._zarr import group
@@ -35,13 +39,14 @@ def uncommit_chunks(rows: RowSet, chunks: np.ndarray) -> None:
                 delete_chunk(arr, coords)
 
 
-def repair(path: str | Path) -> tuple[Report, list[str]]:
+def repair(path: str | Path, options: Mapping[str, Any] | None = None) -> tuple[Report, list[str]]:
     """Un-commit damaged chunks and drop damaged, incomplete or derived reductions; returns the
     report it acted on and what it did."""
     where = str(path)
-    base = Path(where)
-    with store_lock(where):
-        report = verify(where)
+    zstore = open_zarr(where, options)
+    base = Tree(zstore)
+    with store_lock(where, options=options):
+        report = verify(where, options)
         actions: list[str] = []
         uncommit: dict[str, set[int]] = {}
         drops: set[str] = set()
@@ -56,11 +61,12 @@ def repair(path: str | Path) -> tuple[Report, list[str]]:
         for rel in sorted(drops):
             if any(rel.startswith(d + "/") for d in drops):
                 continue  # inside something dropped whole
-            target = base / rel
-            if target.exists():
-                shutil.rmtree(target)
+            parent, _, name = rel.rpartition("/")
+            folders, files = sync(base.entries(parent))
+            if name in folders or name in files:
+                base.remove(rel)
                 actions.append(f"dropped {rel}")
-        root = zarr.open_group(where, mode="r+")
+        root = zarr.open_group(zstore, mode="r+")
         for rel, chunks in sorted(uncommit.items()):
             if any(rel == d or rel.startswith(d + "/") for d in drops):
                 continue  # the whole row set went
@@ -96,8 +102,8 @@ def repair(path: str | Path) -> tuple[Report, list[str]]:
         for name in CONTAINERS:
             if name != EVAL:  # made by the first `trak-dist eval`, not with the store
                 root.require_group(name)
-        for f in report.stray_files:
-            f.unlink(missing_ok=True)
+        for key in report.stray_files:
+            sync(zstore.delete(key))
         if report.stray_files:
             actions.append(f"removed {len(report.stray_files)} temporary file(s) of killed writes")
     return report, actions

@@ -30,6 +30,7 @@ from trak_dist.store._score_files import (
     remove_leftovers,
 )
 from trak_dist.store._score_parts import PARTS, ScoreParts
+from trak_dist.store._tree import Tree
 from trak_dist.store._zarr import array, attr_int
 from trak_dist.store._zarr import group as child
 
@@ -87,16 +88,16 @@ class ScoreSet:
         found (its committed blocks are kept)."""
         partial = f"{name}{PARTIAL}{key}"
         base = local_dir(parent)
-        if base is not None and partial in parent and PARTS in child(parent, partial):
-            found = child(parent, partial)
+        # object stores have no rename: their unfinished set is the variant itself
+        unfinished = partial if base is not None else name
+        if unfinished in parent and PARTS in child(parent, unfinished):
+            found = child(parent, unfinished)
             if found.attrs.get("plan") == key and not found.attrs.get("complete"):
                 return cls(found, parent, name), True
         remove_leftovers(parent, base, name)
         n, m, topk = attrs["n"], attrs["m"], attrs["topk"]
         if base is None:  # object stores: in place, complete flag last (see create)
-            group = parent.require_group(name)
-            for old in list(group.keys()):
-                del group[old]
+            group = _emptied(parent, name)
         ranges, blocks, width = shape
         try:
             if base is not None:
@@ -139,9 +140,7 @@ class ScoreSet:
         base = local_dir(parent)
         remove_leftovers(parent, base, name)
         if base is None:
-            group = parent.require_group(name)
-            for key in list(group.keys()):
-                del group[key]
+            group = _emptied(parent, name)
             lay_out(group, n, m, topk, chunk_rows, attrs)
             return cls(group, parent, name)
         partial = f"{name}{PARTIAL}{uuid.uuid4().hex[:12]}"
@@ -276,3 +275,10 @@ class ScoreSet:
             arr = array(self.group, key)
             out[key] = checked_read(arr, (slice(0, arr.shape[0]), slice(0, arr.shape[1])))
         return out
+
+
+def _emptied(parent: zarr.Group, name: str) -> zarr.Group:
+    """The group ``name`` of ``parent`` with nothing in it: every key under it goes, arrays a
+    killed writer left without metadata included."""
+    Tree(parent.store_path.store).remove(f"{parent.path}/{name}".lstrip("/"))
+    return parent.require_group(name)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
+from trak_dist.store._fetch import local_copy
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 
 # 2: checksummed chunks with sentinel fills, row hashes H, staged shadows, checkpoint binding,
@@ -120,9 +121,10 @@ def dataset_fingerprint(dataset: Any) -> str:
 
 def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:
     """Hash of a file's bytes (a checkpoint file, to catch a reused model_id); for a directory
-    (a Hugging Face checkpoint), of every file's relative name and bytes."""
+    (a Hugging Face checkpoint), of every file's relative name and bytes. A URL: its local
+    copy's, so a node's download is checked against the fingerprint the store's rows hold."""
     h = hashlib.blake2b(digest_size=16)
-    root = Path(path)
+    root = local_copy(path)  # a URL's copy on this node (store/_fetch.py)
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     for file in files:
         if root.is_dir():

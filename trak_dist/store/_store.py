@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from trak_dist.store._codecs import DEFAULT_CODEC, compressors
 from trak_dist.store._eval import EvalSet
 from trak_dist.store._lock import store_lock
 from trak_dist.store._metadata import check_metadata
+from trak_dist.store._object_store import open_zarr
 from trak_dist.store._reductions import get_reduction, put_reduction
+from trak_dist.store._remote import is_url, local_path
 from trak_dist.store._rows import RowSet
 from trak_dist.store._scores import ScoreSet
 from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
@@ -36,9 +39,12 @@ ATTR = "trak_dist"
 
 
 class FeatureStore:
-    """A trak_dist store on disk (or any Zarr store URL)."""
+    """A trak_dist store on disk or on object storage (``s3://…``, ``gs://…``: ``options`` are
+    its ``store.options``, see ``_remote.py``)."""
 
-    def __init__(self, root: zarr.Group, where: str) -> None:
+    def __init__(
+        self, root: zarr.Group, where: str, options: Mapping[str, Any] | None = None
+    ) -> None:
         meta = root.attrs.get(ATTR)
         if not isinstance(meta, dict):
             raise StoreMismatchError(
@@ -56,24 +62,32 @@ class FeatureStore:
             )
         self.root = root
         self.where = where
+        self.options = dict(options or {})
         self.spec = FeatureSpec.from_json(meta["spec"])
         self.codec = str(meta.get("codec", DEFAULT_CODEC))
         self._bound: set[str] = set()
 
     @classmethod
-    def open(cls, path: str | Path, mode: str = "r+", check: bool = True) -> FeatureStore:
+    def open(
+        cls,
+        path: str | Path,
+        mode: str = "r+",
+        check: bool = True,
+        options: Mapping[str, Any] | None = None,
+    ) -> FeatureStore:
         """Open an existing store, its spec read from its metadata (StoreStateError: none there,
         or with ``check``, unreadable metadata)."""
         where = str(path)
+        zstore = open_zarr(where, options, read_only=mode == "r")
         if check:
-            check_metadata(where)
+            check_metadata(zstore, where)
         try:
-            root = zarr.open_group(where, mode=mode)  # type: ignore[arg-type]
+            root = zarr.open_group(zstore, mode=mode)  # type: ignore[arg-type]
         except FileNotFoundError as e:
             raise StoreStateError(
                 f"no trak_dist store at {where}; featurise the train set first."
             ) from e
-        return cls(root, where)
+        return cls(root, where, options)
 
     @classmethod
     def create_or_open(
@@ -83,18 +97,19 @@ class FeatureStore:
         codec: str = DEFAULT_CODEC,
         overwrite: bool = False,
         row_hashes: np.ndarray | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> FeatureStore:
         """Open the store at ``path`` if it holds compatible features, else create it
         (StoreMismatchError for other settings); ``row_hashes``: the train set's ``[n]`` row
         hashes, to name changed rows when the fingerprints differ."""
         where = str(path)
         compressors(codec)  # validate the name before touching disk
-        with store_lock(where):
-            if overwrite and Path(where).exists():
-                logger.warning("overwriting the existing store at %s", where)
-                shutil.rmtree(where)
-            check_metadata(where)
-            root = zarr.open_group(where, mode="a")
+        zstore = open_zarr(where, options)
+        with store_lock(where, options=options):
+            if overwrite:
+                _remove(zstore, where)
+            check_metadata(zstore, where)
+            root = zarr.open_group(zstore, mode="a")
             if ATTR not in root.attrs:
                 with quiet_foreign_nodes():  # other tools' files in a shared save_dir are fine
                     foreign = list(root.keys())
@@ -105,7 +120,7 @@ class FeatureStore:
                 root.attrs[ATTR] = {"spec": spec.to_json(), "codec": codec}
                 for name in (layout.TRAIN, layout.TARGETS, layout.SCORES):
                     root.require_group(name)
-            store = cls(root, where)
+            store = cls(root, where, options)
             # the train set is bound by what was committed (_binding.py): a rerun with a
             # fixed row (a NaN in it stopped the first run before its chunk was committed)
             # takes the store over; a committed row that changed is refused below
@@ -118,7 +133,7 @@ class FeatureStore:
                     spec.dataset_fingerprint,
                     was,
                 )
-                store = cls(root, where)
+                store = cls(root, where, options)
         if row_hashes is not None and spec.dataset_fingerprint != store.spec.dataset_fingerprint:
             stored = [(c, committed_hashes(rows)[1]) for c, rows in train_sets]
             check_rows_unchanged(stored, row_hashes, where)
@@ -288,3 +303,15 @@ class FeatureStore:
         if path not in self.root or "num_targets" not in group(self.root, path).attrs:
             return None
         return EvalSet(group(self.root, path))
+
+
+def _remove(zstore: Any, where: str) -> None:
+    """Delete the store at ``where`` (``store.overwrite``)."""
+    if is_url(where):
+        from zarr.core.sync import sync
+
+        logger.warning("overwriting the existing store at %s", where)
+        sync(zstore.delete_dir(""))
+    elif Path(local_path(where)).exists():
+        logger.warning("overwriting the existing store at %s", where)
+        shutil.rmtree(local_path(where))

@@ -19,8 +19,11 @@ the store lock, which the driver holds while featurising but TRAKer only while f
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
+
+from zarr.core.sync import sync
 
 from trak_dist.errors import StoreStateError
 from trak_dist.store import _layout as layout
@@ -28,8 +31,11 @@ from trak_dist.store._eval import EvalSet
 from trak_dist.store._integrity import chunk_damage
 from trak_dist.store._layout import CONTAINERS, EVAL, EVAL_ARRAYS, ROW_ARRAYS, TOPK_ARRAYS
 from trak_dist.store._metadata import unreadable_metadata
+from trak_dist.store._object_store import open_zarr
+from trak_dist.store._remote import is_url
 from trak_dist.store._rows import RowSet
 from trak_dist.store._store import FeatureStore
+from trak_dist.store._tree import Tree
 from trak_dist.store._verify_rows import (
     Problem,
     Report,
@@ -41,7 +47,7 @@ from trak_dist.store._verify_rows import (
 from trak_dist.store._zarr import array, group
 
 
-def _for_torn(base: Path, rel: str) -> tuple[str, ...]:
+def _for_torn(base: Tree, rel: str) -> tuple[str, ...]:
     """What to drop when the metadata of node ``rel`` is unreadable."""
     node = layout.parse(rel)
     mid, exp = node.model_id, node.exp
@@ -119,7 +125,7 @@ def _check_eval(store: FeatureStore, rel: str, report: Report) -> None:
         report.problems += damage
 
 
-def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
+def _nodes(base: Tree, torn: set[str]) -> Iterator[tuple[str, str]]:
     """(kind, path) of every row set and reduction whose metadata is readable."""
 
     def ok(rel: str) -> bool:
@@ -130,7 +136,7 @@ def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
         rel = f"{layout.TRAIN}/{mid}"
         if ok(rel) and not any(f"{rel}/{a}" in torn for a in ROW_ARRAYS):
             yield "rows", rel
-        if (base / rel / layout.XTX).is_dir() and ok(f"{rel}/{layout.XTX}"):
+        if base.metadata(f"{rel}/{layout.XTX}") is not None and ok(f"{rel}/{layout.XTX}"):
             yield "xtx", f"{rel}/{layout.XTX}"
         factors = f"{rel}/{layout.FACTOR}"
         for p in children(base, factors) if ok(factors) else []:
@@ -153,31 +159,32 @@ def _nodes(base: Path, torn: set[str]) -> Iterator[tuple[str, str]]:
             yield "eval", rel
 
 
-def verify(path: str | Path) -> Report:
-    """Check every committed chunk, reduction and metadata file of the local store ``path``
-    (StoreStateError: no store or unreadable root metadata; StoreMismatchError: other version)."""
+def verify(path: str | Path, options: Mapping[str, Any] | None = None) -> Report:
+    """Check every committed chunk, reduction and metadata file of the store ``path`` (a
+    directory or an object store URL with its ``options``; StoreStateError: no store or
+    unreadable root metadata; StoreMismatchError: other version)."""
     where = str(path)
-    base = Path(where)
-    if "://" in where or not base.is_dir():
-        raise StoreStateError(
-            f"no local trak_dist store at {where} (verify and repair read a directory)."
-        )
+    zstore = open_zarr(where, options, read_only=True)
+    base = Tree(zstore)
+    if not _holds_anything(base):
+        kind = "object store prefix" if is_url(where) else "directory"
+        raise StoreStateError(f"no trak_dist store at {where} (an empty or missing {kind}).")
     report = Report(where)
-    torn = set(unreadable_metadata(base))
+    torn = set(unreadable_metadata(zstore))
     if "" in torn:
         raise StoreStateError(
-            f"the store's root metadata {base / 'zarr.json'} is unreadable: it holds the store's "
+            f"the store's root metadata {where}/zarr.json is unreadable: it holds the store's "
             "settings, which cannot be rebuilt. Featurise into a new store path."
         )
     for rel in sorted(torn):
         report.problems.append(
             Problem(
                 rel,
-                f"{base / rel / 'zarr.json'} is unreadable (cut short, missing or not Zarr JSON)",
+                f"{where}/{rel}/zarr.json is unreadable (cut short, missing or not Zarr JSON)",
                 drop=_for_torn(base, rel),
             )
         )
-    store = FeatureStore.open(where, mode="r", check=False)
+    store = FeatureStore.open(where, mode="r", check=False, options=options)
     train_sets: list[tuple[int, RowSet]] = []
     for kind, rel in _nodes(base, torn):
         if kind == "rows":
@@ -211,6 +218,11 @@ def verify(path: str | Path) -> Report:
     check_same_items(store, train_sets, report)
     # only inside the store's own groups: a traker save_dir holds traker's files beside them
     report.stray_files = [
-        p for name in CONTAINERS for p in (base / name).rglob("*.partial") if p.is_file()
+        key for name in CONTAINERS for key in base.files(name) if key.endswith(".partial")
     ]
     return report
+
+
+def _holds_anything(base: Tree) -> bool:
+    folders, files = sync(base.entries(""))
+    return bool(folders or files)

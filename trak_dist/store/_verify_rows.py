@@ -3,9 +3,7 @@ writer's staged rows of chunks not committed yet; and the problems verify report
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +14,7 @@ from trak_dist.store._layout import STAGED
 from trak_dist.store._rows import RowSet
 from trak_dist.store._staging import Shadow
 from trak_dist.store._store import FeatureStore
+from trak_dist.store._tree import Tree
 from trak_dist.store._zarr import group
 
 
@@ -46,27 +45,21 @@ class Report:
     where: str
     problems: list[Problem] = field(default_factory=list)
     chunks_checked: int = 0
-    stray_files: list[Path] = field(default_factory=list)
+    stray_files: list[str] = field(default_factory=list)
 
 
-def children(base: Path, rel: str) -> list[str]:
-    """Child nodes of ``rel``, from the file system (Zarr's listing reads their metadata)."""
-    d = base / rel
-    if not d.is_dir():
-        return []
-    return sorted(c.name for c in d.iterdir() if c.is_dir() and (c / "zarr.json").is_file())
+def children(base: Tree, rel: str) -> list[str]:
+    """Child nodes of ``rel``, from the store's listing (Zarr's reads their metadata)."""
+    return base.children(rel)
 
 
-def attrs(base: Path, rel: str) -> dict[str, object]:
-    try:
-        meta = json.loads((base / rel / "zarr.json").read_bytes())
-        attrs = meta.get("attributes", {})
-        return attrs if isinstance(attrs, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def attrs(base: Tree, rel: str) -> dict[str, object]:
+    meta = base.metadata(rel) or {}
+    found = meta.get("attributes", {})
+    return found if isinstance(found, dict) else {}
 
 
-def scores_using(base: Path, model_id: int, exp: str | None = None) -> list[str]:
+def scores_using(base: Tree, model_id: int, exp: str | None = None) -> list[str]:
     """Score sets (of ``exp``, or of every experiment) computed with checkpoint ``model_id``."""
     out = []
     for e in children(base, layout.SCORES) if exp is None else [exp]:
@@ -78,7 +71,7 @@ def scores_using(base: Path, model_id: int, exp: str | None = None) -> list[str]
 
 
 def check_rows(store: FeatureStore, rel: str, report: Report, torn: set[str]) -> None:
-    base = Path(store.where)
+    base = Tree(store.root.store)
     rows = RowSet(group(store.root, rel))
     node = layout.parse(rel)
     mid = int(node.model_id or 0)
@@ -123,7 +116,7 @@ def spans(rows: RowSet, chunks: set[int]) -> str:
 
 
 def _check_staged(
-    base: Path, rows: RowSet, rel: str, committed: np.ndarray, report: Report, torn: set[str]
+    base: Tree, rows: RowSet, rel: str, committed: np.ndarray, report: Report, torn: set[str]
 ) -> None:
     """Every writer's staged rows in chunks not committed yet: flags readable, flagged rows
     present, intact and finite. A damaged shadow is dropped whole (its rows are featurised
