@@ -26,7 +26,16 @@ from trak_dist.store import FeatureStore
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
-SMALL = ["proj_dim=16", "progress=false", "cluster=local", "cluster.num_workers=1"]
+# projection/curvature pinned to TRAKer's (dense, XᵀX): the CLI's causal_lm default is Kronecker
+# + sampled-label Fisher (tasks/_defaults.py), which the traker-compatible API does not use
+SMALL = [
+    "proj_dim=16",
+    "projection=rademacher",
+    "featurize.curvature=xtx",
+    "progress=false",
+    "cluster=local",
+    "cluster.num_workers=1",
+]
 
 
 def readme_commands() -> list[list[str]]:
