@@ -9,7 +9,8 @@ Zarr array's values); ``compare`` prints one row per job and exits 1 when a shar
 differs. The jobs: ``default`` (``trak-dist``, the digits example on a local Ray), ``inprocess``
 (the same with ``cluster=inprocess``, where that exists), ``slurm`` (``trak-dist-slurm array``:
 2 shard tasks, reduce, 3 score tasks, merge; ``--local`` where ``sbatch`` is missing), ``hf``
-(``model=hf data=text task=causal_lm`` on two GPT-2 checkpoint directories) and ``traker``
+(``model=hf data=text task=causal_lm`` on two GPT-2 checkpoint directories; dense Rademacher
+with XᵀX pinned where the code has the causal-LM defaults of issue 29) and ``traker``
 (traker's quickstart through ``trak_dist.TRAKer`` on the digits). Inputs (checkpoints, text
 files) are made once under ``--inputs`` and shared, so both runs read the same files.
 
@@ -80,7 +81,21 @@ def hf_inputs(inputs: Path) -> list[Path]:
     return ckpts
 
 
-def command(job: str, out: Path, inputs: Path) -> list[str]:
+def lm_pins(env: dict[str, str]) -> list[str]:
+    """The overrides that keep the hf job the one measured before issue 29 (dense Rademacher,
+    XᵀX) where the code under test defaults causal LMs to Kronecker + the sampled-label Fisher;
+    none for an older checkout, which has neither switch."""
+    probe = (
+        "import dataclasses as d; from trak_dist.config import FeaturizeConfig as F; "
+        "print('curvature' in {f.name for f in d.fields(F)})"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    new = done.stdout.strip() == "True"
+    return ["projection=rademacher", "featurize.curvature=xtx"] if new else []
+
+
+def command(job: str, out: Path, inputs: Path, pins: list[str] | None = None) -> list[str]:
     store = f"store.path={out / job}.zarr"
     hydra = f"hydra.run.dir={out / job}_hydra"
     cli = [sys.executable, "-m", "trak_dist"]
@@ -97,7 +112,7 @@ def command(job: str, out: Path, inputs: Path) -> list[str]:
         root = inputs / "llm"
         return [*cli, "task=causal_lm", "model=hf", "data=text", f"model.checkpoints=[{ckpts}]",
                 f"data.train={root / 'train.jsonl'}", f"data.targets={root / 'targets.jsonl'}",
-                store, hydra, "proj_dim=64", "progress=false"]  # fmt: skip
+                store, hydra, "proj_dim=64", "progress=false", *(pins or [])]  # fmt: skip
     return [sys.executable, "-c", TRAKER, str(out / f"{job}.zarr")]
 
 
@@ -113,8 +128,9 @@ def run(out: Path, inputs: Path, jobs: list[str]) -> None:
     for job in jobs:
         shutil.rmtree(out / f"{job}.zarr", ignore_errors=True)
         t0 = time.perf_counter()
-        done = subprocess.run(command(job, out, inputs), env=env, cwd=out, capture_output=True,
-                              text=True)  # fmt: skip
+        pins = lm_pins(env) if job == "hf" else None
+        done = subprocess.run(command(job, out, inputs, pins), env=env, cwd=out,
+                              capture_output=True, text=True)  # fmt: skip
         seconds = time.perf_counter() - t0
         if done.returncode:
             print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import zarr
 
+from trak_dist._compose import compose_job
 from trak_dist.cli import sweep_width
 from trak_dist.store._spec import FORMAT_VERSION
+from trak_dist.tasks import CausalLM, resolve_curvature, resolve_task, task_defaults
 
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 # the CLI in a process where importing Ray fails (the GPU check machine has no Ray at all)
@@ -36,7 +38,7 @@ def test_help_lists_the_config_groups(tmp_path):
     assert out.returncode == 0
     for line in (
         "cluster: inprocess, local, ray, slurm",
-        "projection: identity, kronecker, normal, rademacher",
+        "projection: auto, identity, kronecker, normal, rademacher",
         "task: causal_lm, image_classification, text_classification",
         "data: custom, digits, text",
         "model: custom, digits_mlp, hf",
@@ -75,6 +77,34 @@ def test_sweeps_featurise_at_the_largest_proj_dim():
     assert sweep_width(given) == given
     ranged = ["trak-dist", "--multirun", "proj_dim=range(32,129,32)"]
     assert sweep_width(ranged)[-1] == "projection.featurize_dim=128"
+    auto = ["trak-dist", "-m", "proj_dim=auto,4096"]
+    assert sweep_width(auto) == auto
+
+
+def test_per_task_defaults_leave_the_digits_default_job_as_it_was():
+    """``proj_dim=auto`` / ``projection=auto`` / ``featurize.curvature=auto``: the default
+    (digits) job is the very JobConfig of the former explicit defaults, p = 512 dense Rademacher
+    with XᵀX, so its features and scores are unchanged; causal LMs get Kronecker p = 2048 with
+    the sampled-label Fisher (benchmarks/RESULTS.md, "Causal LMs"); explicit choices win."""
+    default = compose_job([])
+    assert default == compose_job(["proj_dim=512", "projection=rademacher"])
+    assert (default.proj_dim, default.projection.kind) == (512, "rademacher")
+    digits = resolve_task(default.task.name)
+    assert resolve_curvature(default.featurize.curvature, digits) == "xtx"
+    text = compose_job(["task=text_classification"])
+    assert (text.proj_dim, text.projection.kind) == (512, "rademacher")
+    assert resolve_curvature(text.featurize.curvature, resolve_task(text.task.name)) == "xtx"
+    lm = compose_job(["task=causal_lm"])
+    assert (lm.proj_dim, lm.projection.kind) == (2048, "kronecker")
+    assert resolve_curvature(lm.featurize.curvature, resolve_task(lm.task.name)) == "fisher"
+    chosen = compose_job(["task=causal_lm", "proj_dim=512", "projection=rademacher"])
+    assert (chosen.proj_dim, chosen.projection.kind) == (512, "rademacher")
+    by_path = task_defaults("trak_dist.tasks:CausalLM")
+    assert (by_path, task_defaults(CausalLM()), task_defaults("image_classification")) == (
+        (2048, "kronecker"),
+        (2048, "kronecker"),
+        (512, "rademacher"),
+    )
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def run(
     *,
     task: Any = "image_classification",
     store: str | Path | StoreConfig = "trak_store.zarr",
-    proj_dim: int = 512,
+    proj_dim: int | str = "auto",
     lambda_reg: float | str = "auto",
     exp_name: str = "targets",
     num_workers: int | None = 2,
@@ -98,7 +98,8 @@ def run(
         train, targets: datasets, or (preferred) callables each worker calls to build its own.
         task: ``image_classification``, ``text_classification``, ``causal_lm`` or a ModelOutput.
         store: the Zarr store path or a ``StoreConfig``; reruns resume from it.
-        proj_dim, lambda_reg: projection width and ridge term (``"auto"`` or traker's λ).
+        proj_dim, lambda_reg: projection width (``"auto"``: 2048 for causal LMs, else 512)
+            and ridge term (``"auto"`` or traker's λ).
         exp_name: name of this target set in the store.
         num_workers: worker actors (None: as many as the cluster fits).
         address: a Ray cluster to join (None: start one in-process).

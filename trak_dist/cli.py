@@ -43,7 +43,8 @@ logger = logging.getLogger("trak_dist")
 
 def sweep_width(argv: list[str]) -> list[str]:
     """In a multirun sweeping proj_dim, featurise once at the largest value: append
-    ``projection.featurize_dim=max`` (prefix property) unless the command line sets it."""
+    ``projection.featurize_dim=max`` (prefix property) unless the command line sets it or a
+    value is not a number (``auto``)."""
     if not ({"-m", "--multirun"} & set(argv)):
         return argv
     args = [a for a in argv[1:] if not a.startswith("-")]
@@ -55,7 +56,11 @@ def sweep_width(argv: list[str]) -> list[str]:
         return argv
     for o in overrides:
         if o.key_or_group == "proj_dim" and o.is_sweep_override():
-            width = max(int(v) for v in o.sweep_string_iterator())
+            values = list(o.sweep_string_iterator())
+            if not all(v.isdigit() for v in values):
+                # "auto" is resolved per task later: each point featurises at its own width
+                return argv
+            width = max(int(v) for v in values)
             return [*argv, f"projection.featurize_dim={width}"]
     return argv
 

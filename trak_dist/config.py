@@ -9,7 +9,7 @@ an import path ``"package.module:name"`` (CLI, YAML) or the object itself (Pytho
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # re-exported: the sub-commands' sections live in _config_services.py (this module's length)
@@ -23,6 +23,7 @@ from trak_dist.projection import BACKENDS, ProjectionKind
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
 from trak_dist.store import CODECS, check_store_options
+from trak_dist.tasks import CURVATURES, task_defaults
 
 CLUSTER_KINDS = ("local", "inprocess", "ray", "slurm")
 HF_DTYPES = ("float32", "bfloat16", "float16")
@@ -30,6 +31,7 @@ HF_FACTORY = "trak_dist.hf:from_checkpoints"
 DATA_FORMATS = ("custom", "text")
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 TEXT_ROLES = ("text", "text_pair", "prompt", "completion", "messages", "label")
+AUTO = "auto"  # proj_dim / projection.kind: chosen per task (``tasks.task_defaults``)
 
 
 @dataclass(frozen=True)
@@ -136,15 +138,16 @@ class TaskConfig:
 @dataclass(frozen=True)
 class ProjectionConfig:
     """P (docs/projection.md). ``featurize_dim`` is the stored width; every ``proj_dim`` up to it
-    is scored from the prefix (None: the job's proj_dim)."""
+    is scored from the prefix (None: the job's proj_dim). ``kind="auto"`` (the default) is
+    resolved by JobConfig per task: ``kronecker`` for causal LMs, ``rademacher`` otherwise."""
 
-    kind: str = "rademacher"
+    kind: str = AUTO
     featurize_dim: int | None = None
     seed: int = 0
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        _one_of(self, "kind", tuple(k.value for k in ProjectionKind))
+        _one_of(self, "kind", (AUTO, *(k.value for k in ProjectionKind)))
         _one_of(self, "backend", BACKENDS)
         _positive(self, "featurize_dim")
         if not 0 <= self.seed < 2**64:
@@ -164,6 +167,10 @@ class FeaturizeConfig:
         half_precision: store X in float16 (traker's default) instead of float32.
         device: ``auto`` (cuda when the worker has a GPU), ``cpu`` or ``cuda``.
         max_task_retries: reruns of a failed shard before the job fails.
+        curvature: K's Gram: ``xtx`` (TRAK's XᵀX), ``fisher`` (GᵀG of the sampled-label
+            Fisher's rows, a second backward, stored beside X: ``tasks/_sampled.py``) or
+            ``auto`` (``fisher`` for ``causal_lm``, measured to win there; else ``xtx``);
+            recorded in the store (docs/design.md, invariant 4).
     """
 
     micro_batch: int = 64
@@ -172,9 +179,11 @@ class FeaturizeConfig:
     device: str = "auto"
     max_task_retries: int = 2
     gradient_engine: str = "auto"
+    curvature: str = "auto"
 
     def __post_init__(self) -> None:
         _positive(self, "micro_batch", "shard_rows")
+        _one_of(self, "curvature", CURVATURES)
         _one_of(self, "device", DEVICES)
         _one_of(self, "gradient_engine", ENGINES)
         if self.max_task_retries < 0:
@@ -212,9 +221,8 @@ class ClusterConfig:
     Attributes:
         kind: ``local`` (Ray started in-process), ``inprocess`` (no Ray: every stage in this
             process, for small jobs and debugging; ``trak-dist eval`` and ``serve`` start a
-            local Ray), ``ray`` (connect to ``address``, default the
-            ``RAY_ADDRESS`` of ``ray job submit``), ``slurm`` (inside an allocation set up by
-            ``launch/``; connects like ``ray``).
+            local Ray), ``ray`` (connect to ``address``, default ``ray job submit``'s
+            ``RAY_ADDRESS``), ``slurm`` (inside an allocation set up by ``launch/``; as ``ray``).
         num_workers: worker actors; None: as many as the cluster fits (one per GPU, or its
             CPUs divided by cpus_per_worker).
         cpus_per_worker, gpus_per_worker: Ray resources of each worker (gpus_per_worker=None:
@@ -247,7 +255,7 @@ class JobConfig:
     number ≥ 0 (traker's absolute λ) or ``"auto"`` (per checkpoint from XᵀX's spectrum, see
     ``trak_dist.scoring.auto_lambda``)."""
 
-    proj_dim: int = 512
+    proj_dim: Any = AUTO
     lambda_reg: Any = "auto"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -263,6 +271,12 @@ class JobConfig:
     report: str | None = "trak_report"
 
     def __post_init__(self) -> None:
+        # frozen: the per-task defaults resolved in place (``task_defaults``)
+        proj_dim, kind = task_defaults(self.task.name)
+        if self.proj_dim == AUTO:
+            object.__setattr__(self, "proj_dim", proj_dim)
+        if self.projection.kind == AUTO:
+            object.__setattr__(self, "projection", replace(self.projection, kind=kind))
         _positive(self, "proj_dim")
         # frozen: normalise in place ("auto" or a float) once validated
         object.__setattr__(self, "lambda_reg", parse_lambda(self.lambda_reg, "lambda_reg"))

@@ -20,7 +20,9 @@ from trak_dist.projection import (
     as_blocks,
     make_projector,
     spec_params,
+    uniform_rows,
 )
+from trak_dist.tasks import SampledLabels, attach_uniforms
 
 
 def normalize_factor(d: int, projector: Projector, micro_batch: int | None) -> Tensor:
@@ -49,12 +51,33 @@ class Featurizer:
     """
 
     def __init__(
-        self, computer: GradientComputer, projector: Projector, micro_batch: int | None = None
+        self,
+        computer: GradientComputer,
+        projector: Projector,
+        micro_batch: int | None = None,
+        sampled: SampledLabels | None = None,
     ) -> None:
         self.computer = computer
         self.projector = projector
         self.micro_batch = micro_batch
+        self.sampled = sampled
         self.normalize_factor = normalize_factor(computer.layout.grad_dim, projector, micro_batch)
+
+    def fisher(self, batch: Batch, model_id: int, start: int) -> Tensor:
+        """``[B, p]`` float32 rows G of the sampled-label Fisher (``tasks/_sampled.py``) for
+        rows ``[start, start + B)`` of their set: the same P and scaling as X, the gradients of
+        the log-likelihood of labels drawn from the model with each row's own uniforms."""
+        if self.sampled is None:
+            raise ConfigError("this featurizer was built without a sampled-label task.")
+        rows = torch.arange(start, start + batch_size(batch))
+        seed = int(getattr(self.projector, "seed", 0))
+        noise = uniform_rows(seed, model_id, rows, self.sampled.width(batch))
+        was = self.computer.task
+        self.computer.task = self.sampled
+        try:
+            return self.project(attach_uniforms(batch, noise), model_id)
+        finally:
+            self.computer.task = was
 
     def project(self, batch: Batch, model_id: int) -> Tensor:
         """``[B, p]`` float32 projected, scaled gradients on the CPU (LabelError: a label
@@ -171,16 +194,19 @@ def build_featurizer(
     seed: int = 0,
     backend: str = "auto",
     micro_batch: int | None = None,
+    curvature: str = "xtx",
 ) -> Featurizer:
     """A featurizer with ``make_projector``'s projector for ``computer``'s model and layout
-    (the Kronecker projector gets the parameters' matrix views from the model)."""
+    (the Kronecker projector gets the parameters' matrix views from the model); with
+    ``curvature="fisher"`` it also gives the rows G of the sampled-label Fisher (``fisher``)."""
     views = None
     if ProjectionKind(kind) is ProjectionKind.KRONECKER:
         views = kronecker_views(computer.model, computer.layout)
     projector = make_projector(
         kind, computer.layout.grad_dim, proj_dim, seed, computer.device, backend, views
     )
-    return Featurizer(computer, projector, micro_batch)
+    sampled = SampledLabels(computer.task) if curvature == "fisher" else None
+    return Featurizer(computer, projector, micro_batch, sampled)
 
 
 def projection_params(

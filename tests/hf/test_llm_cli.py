@@ -27,9 +27,12 @@ from trak_dist.store import FeatureStore
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
-SMALL = ["proj_dim=16", "progress=false", "cluster=local", "cluster.num_workers=1"]
+# projection/curvature pinned to TRAKer's (dense, XᵀX): the CLI's causal_lm default is Kronecker
+# + sampled-label Fisher (tasks/_defaults.py), which the traker-compatible API does not use
+PINS = ["proj_dim=16", "projection=rademacher", "featurize.curvature=xtx", "progress=false"]
+SMALL = [*PINS, "cluster=local", "cluster.num_workers=1"]
 # what is checked is the model side (adapters, dtypes), not the executor: no Ray (~20 s less)
-IN_PROCESS = ["proj_dim=16", "progress=false", "cluster=inprocess"]
+IN_PROCESS = [*PINS, "cluster=inprocess"]
 
 
 def readme_commands() -> list[list[str]]:

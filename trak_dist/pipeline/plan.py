@@ -25,7 +25,7 @@ from trak_dist.store import (
     file_fingerprint,
     fingerprint,
 )
-from trak_dist.tasks import describe, resolve_task
+from trak_dist.tasks import describe, resolve_curvature, resolve_task
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,7 @@ def prepare(cfg: JobConfig) -> Prepared:
         dtype="float16" if cfg.featurize.half_precision else "float32",
         chunk_rows=cfg.store.chunk_rows,
         projection_params=projection_params(cfg.projection.kind, model, layout),
+        curvature=resolve_curvature(cfg.featurize.curvature, task),
     )
     store = FeatureStore.create_or_open(
         cfg.store.path,

@@ -21,7 +21,9 @@ from trak_dist.store import FeatureStore
 
 
 class Reducer(Scorer):
-    """Accumulates each checkpoint's XᵀX from shard partials, then scores.
+    """Accumulates each checkpoint's XᵀX from shard partials, then scores. (With
+    ``featurize.curvature=fisher`` the partials and the stored rows' Gram are GᵀG: the node
+    keeps its name, the store's spec says which.)
 
     Memory: two ``[p, p]`` float64 arrays (a sum and its rounding errors) per checkpoint being
     featurised, plus what a scoring needs (``scoring.memory``). Partials are added with TwoSum,

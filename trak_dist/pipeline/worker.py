@@ -40,11 +40,14 @@ def pick_device(requested: str) -> torch.device:
 class Worker:
     """Runs ShardTasks for one job.
 
-    Per chunk: a committed chunk is read back into the partial XᵀX (no gradients) if its items
+    Per chunk: a committed chunk is read back into the partial K (no gradients) if its items
     hash as before (else StoreMismatchError); a damaged one is featurised again in place (this
     worker owns it, nothing derived from it exists yet, featurising is deterministic); any other
-    is featurised by micro-batch, written whole, then committed. Memory: one micro-batch of
-    gradients plus one chunk of rows.
+    is featurised by micro-batch, written whole, then committed. K's partial Gram is XᵀX, or
+    with ``featurize.curvature=fisher`` GᵀG of the sampled-label Fisher's rows G (a second
+    backward per micro-batch, labels drawn per row: ``tasks/_sampled.py``), which train chunks
+    store and commit with X so that a resumed or array-mode run reduces them from the store.
+    Memory: one micro-batch of gradients plus one chunk of rows (two with G).
 
     Args:
         checkpoints: checkpoint file per model_id.
@@ -69,6 +72,7 @@ class Worker:
             cfg.projection.seed,
             cfg.projection.backend,
             cfg.featurize.micro_batch,
+            self.store.spec.curvature,
         )
         self._datasets: dict[str, Any] = {}
         self._loaded: int | None = None
@@ -92,7 +96,8 @@ class Worker:
             self._loaded = model_id
 
     def run(self, task: ShardTask) -> tuple[ShardResult, np.ndarray | None]:
-        """Featurise ``task``; returns its report and, for train shards, its partial XᵀX."""
+        """Featurise ``task``; returns its report and, for train shards, its partial K (XᵀX,
+        or GᵀG: see the class docstring)."""
         t0, c0_cpu = time.perf_counter(), time.process_time()
         if task.kind == "train":
             rows = self.store.train_rows(task.model_id)
@@ -107,9 +112,9 @@ class Worker:
                 if partial is None:
                     reused += c1 - c0
                     continue
-                x_stored = self._reuse_chunk(rows, task, c0, c1)
-                if x_stored is not None:
-                    partial += gram(x_stored)
+                k_stored = self._reuse_chunk(rows, task, c0, c1)
+                if k_stored is not None:
+                    partial += gram(k_stored)
                     reused += c1 - c0
                     continue
             x = self._featurize_chunk(rows, task, c0, c1)
@@ -127,10 +132,12 @@ class Worker:
         return result, partial
 
     def _reuse_chunk(self, rows: RowSet, task: ShardTask, c0: int, c1: int) -> np.ndarray | None:
-        """The committed train rows ``[c0, c1)`` checked, or None when they must be featurised
-        again (see the class docstring)."""
+        """The committed train rows ``[c0, c1)`` checked (G's where the set holds them, else
+        X's), or None when they must be featurised again (see the class docstring)."""
         try:
             x = rows.read(c0, c1)
+            if rows.G is not None:
+                x = rows.read_g(c0, c1)
             rows.read_q(c0, c1)
             stored = rows.read_hashes(slice(c0, c1), checked=True)
         except StoreDamagedError as e:
@@ -145,7 +152,8 @@ class Worker:
         self._load(task.model_id)
         data = self._dataset(task)
         step = self.cfg.featurize.micro_batch
-        xs, qs, hs = [], [], []
+        fisher = task.kind == "train" and rows.G is not None
+        xs, qs, hs, gs = [], [], [], []
         for b0 in range(c0, c1, step):
             b1 = min(c1, b0 + step)
             batch = batch_of(data, b0, b1)
@@ -154,6 +162,8 @@ class Worker:
                 if task.kind == "train":
                     x, q = self.featurizer.featurize(batch, task.model_id)
                     qs.append(q.numpy())
+                    if fisher:
+                        gs.append(self.featurizer.fisher(batch, task.model_id, b0).numpy())
                 else:
                     x = self.featurizer.project(batch, task.model_id)
             except LabelError as e:
@@ -162,8 +172,9 @@ class Worker:
             xs.append(x.numpy())
         chunk = np.concatenate(xs)
         # refuses non-finite rows before writing anything (RowSet)
-        rows.write(c0, chunk, np.concatenate(qs) if qs else None, np.concatenate(hs))
+        g = np.concatenate(gs) if fisher else None
+        rows.write(c0, chunk, np.concatenate(qs) if qs else None, np.concatenate(hs), g)
         self.store.bind(rows, self._fingerprint, f"{task}")
         rows.commit(c0, c1)
-        # rounded to the stored dtype, so the partial XᵀX equals one recomputed from the store
-        return chunk.astype(rows.X.dtype)
+        # rounded to the stored dtype, so the partial K equals one recomputed from the store
+        return (chunk if g is None else g).astype(rows.X.dtype)

@@ -19,7 +19,7 @@ from trak_dist.projection._base import (
 )
 from trak_dist.projection._cuda_lib import ENV_VAR as CUDA_LIB_ENV
 from trak_dist.projection._cuda_lib import CudaLibrary, library_path
-from trak_dist.projection._generate import normal_block, rademacher_block
+from trak_dist.projection._generate import normal_block, rademacher_block, uniform_rows
 from trak_dist.projection._kron_views import ParamView, balanced_cols, spec_params
 from trak_dist.projection._kronecker import KroneckerProjector
 from trak_dist.projection._torch import IdentityProjector, TorchProjector
@@ -44,6 +44,7 @@ __all__ = [
     "normal_block",
     "rademacher_block",
     "spec_params",
+    "uniform_rows",
 ]
 
 logger = logging.getLogger(__name__)

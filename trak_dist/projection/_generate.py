@@ -110,3 +110,29 @@ def normal_block(
         z = torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), dim=-1)
         out[r0:r1] = z.reshape(r1 - r0, span)[:, lo : lo + n_cols].to(dtype)
     return out
+
+
+SAMPLING_KEY_TWEAK = 0x73616D70  # ASCII "samp"
+
+
+def uniform_rows(
+    seed: int,
+    model_id: int,
+    rows: torch.Tensor,
+    width: int,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """``[len(rows), width]`` float32 uniforms in (0, 1): entry (r, t) is the hash of (seed,
+    model_id, row ``rows[r]``, position t) under its own key, so it depends on nothing else (not
+    the batch, its order or its split). The noise that draws a row's labels from the model for
+    the sampled-label Fisher (docs/design.md, "Curvature")."""
+    rows = torch.as_tensor(rows, dtype=torch.int64, device=device).reshape(-1)
+    cols = torch.arange(width, dtype=torch.int64, device=device)
+    k0, k1 = _key(seed)
+    ilo, ihi = _row_words(rows)
+    mid = torch.tensor(model_id, dtype=torch.int64, device=device)
+    word, _, _, _ = philox4x32(
+        ilo[:, None], ihi[:, None], cols[None, :], mid, k0, k1 ^ SAMPLING_KEY_TWEAK
+    )
+    # the top 24 bits, centred: exact in float32 and never 0 or 1
+    return ((word >> 8).to(torch.float32) + 0.5) * 2.0**-24

@@ -35,6 +35,8 @@ from trak_dist.projection._kron_views import (
 LEFT_KEY_TWEAK = 0x6B726F4C  # ASCII "kroL"
 RIGHT_KEY_TWEAK = 0x6B726F52  # ASCII "kroR"
 SHARES = ("sum", "concat")
+# explicit rows of P kept between micro-batches, in all (pieces of parameters: ``_piece``)
+PIECE_CACHE_BYTES = 64 << 20
 
 
 class KroneckerProjector(Projector):
@@ -77,6 +79,7 @@ class KroneckerProjector(Projector):
         self._columns = [self._columns_of(i) for i in range(len(self.views))]
         self._pairs: dict[int, torch.Tensor] = {}
         self._factors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._pieces: dict[tuple[int, int, int], torch.Tensor] = {}
         self._model_id: int | None = None
 
     @property
@@ -104,6 +107,7 @@ class KroneckerProjector(Projector):
         (their size is Σ (rows + cols)·k, far below d·p)."""
         if self._model_id != model_id:
             self._factors.clear()
+            self._pieces.clear()
             self._model_id = model_id
         if index not in self._factors:
             view = self.views[index]
@@ -187,8 +191,20 @@ class KroneckerProjector(Projector):
                 self._add_sketch(out, left.T @ (mat @ right), index)
             else:  # a piece of a parameter: multiply with its explicit rows of P
                 c0, c1 = self._columns[index]
-                out[:, c0:c1] += part @ self._rows(model_id, index, a, b)
+                out[:, c0:c1] += part @ self._piece(model_id, index, a, b)
             index += 1
+
+    def _piece(self, model_id: int, index: int, start: int, end: int) -> torch.Tensor:
+        """``_rows``, kept for the next micro-batch while small (an embedding's gradient block
+        without its padding row comes as the same piece every time)."""
+        key = (index, start, end)
+        if key in self._pieces and self._model_id == model_id:
+            return self._pieces[key]
+        rows = self._rows(model_id, index, start, end)
+        held = sum(t.numel() * t.element_size() for t in self._pieces.values())
+        if held + rows.numel() * rows.element_size() <= PIECE_CACHE_BYTES:
+            self._pieces[key] = rows
+        return rows
 
     def _rows(self, model_id: int, index: int, start: int, end: int) -> torch.Tensor:
         """``[end - start, c1 - c0]``: ``P[start:end, c0:c1]`` of parameter ``index``'s columns."""
@@ -216,4 +232,5 @@ class KroneckerProjector(Projector):
 
     def free_memory(self) -> None:
         self._factors.clear()
+        self._pieces.clear()
         self._model_id = None

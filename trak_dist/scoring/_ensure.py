@@ -14,10 +14,11 @@ from trak_dist.store import FeatureStore, RowSet
 def xtx_from_rows(
     rows: RowSet, start: int, end: int, block: int = 8192, device: torch.device | str = "cpu"
 ) -> np.ndarray:
-    """XᵀX (float64) of stored rows ``[start, end)``, read ``block`` rows at a time."""
+    """K's Gram (float64) of stored rows ``[start, end)``, read ``block`` rows at a time: XᵀX,
+    or GᵀG where the rows hold the sampled-label Fisher's G (``featurize.curvature=fisher``)."""
     out = np.zeros((rows.proj_dim, rows.proj_dim), dtype=np.float64)
     for r0 in range(start, end, block):
-        out += gram(rows.read(r0, min(end, r0 + block)), device)
+        out += gram(rows.read_curvature(r0, min(end, r0 + block)), device)
     return out
 
 

@@ -56,6 +56,11 @@ class StagedRows:
             The chunks that received staged rows: the ones worth folding now.
         """
         rs = self.rows
+        if rs.G is not None:
+            raise ConfigError(
+                f"{rs.describe()} hold sampled-label Fisher rows (featurize.curvature=fisher), "
+                "which only the pipeline's workers write; TRAKer stages XᵀX rows only."
+            )
         inds = self._check_rows(inds, x.shape[0])
         if h.shape != inds.shape:
             raise ConfigError(f"{len(h)} row hashes for a batch of {len(inds)} samples.")

@@ -4,9 +4,11 @@ The one module that names the store's nodes: everyone builds paths with the func
 and classifies them with ``parse``. Layout (one Zarr v3 group)::
 
     attrs["trak_dist"]            FeatureSpec + codec
-    train/<model_id>/             row set: X [n, p], Q [n], H [n], done [chunks];
+    train/<model_id>/             row set: X [n, p], Q [n], H [n], done [chunks], and
+                                  G [n, p] with spec.curvature = fisher;
                                   attrs["checkpoint"]: bound at the first commit
-    train/<model_id>/xtx          [p, p] float64 XᵀX once every chunk is committed
+    train/<model_id>/xtx          [p, p] float64 XᵀX (GᵀG with spec.curvature = fisher) once
+                                  every chunk is committed
     train/<model_id>/factor/p<k>/ eigenvalues [k], eigenvectors [k, k] of XᵀX[:k, :k]
     targets/<exp>/                attrs: num_targets, fingerprint
     targets/<exp>/<model_id>/     row set: X [m, p], H [m], done

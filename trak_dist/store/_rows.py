@@ -26,12 +26,15 @@ from trak_dist.store._zarr import array
 
 class RowSet:
     """Rows ``[0, n)`` of projected gradients in ``group``: ``X`` ``[n, p]``, ``H`` ``[n]``
-    uint64, ``done`` ``[ceil(n/chunk)]`` and optionally ``Q`` ``[n]``."""
+    uint64, ``done`` ``[ceil(n/chunk)]``, optionally ``Q`` ``[n]`` and (train rows of a store
+    with ``curvature=fisher``) ``G`` ``[n, p]``, the sampled-label Fisher's rows, chunked and
+    committed with X."""
 
     def __init__(self, group: zarr.Group) -> None:
         self.group = group
         self.X = array(group, "X")
         self.Q = array(group, "Q") if "Q" in group else None
+        self.G = array(group, "G") if "G" in group else None
         if "H" not in group:
             raise StoreMismatchError(
                 f"{group.path} in {store_location(group)} holds no row hashes: it was written by "
@@ -56,17 +59,20 @@ class RowSet:
         dtype: str,
         compressors: Any,
         with_q: bool,
+        with_g: bool = False,
     ) -> RowSet:
-        """Lay out an empty row set; X's chunks are bounded in bytes (``_layout.row_chunks``)."""
+        """Lay out an empty row set; X's (and G's) chunks are bounded in bytes
+        (``_layout.row_chunks``)."""
         chunks = layout.row_chunks(n, proj_dim, chunk_rows, np.dtype(dtype).itemsize)
-        group.create_array(
-            "X",
-            shape=(n, proj_dim),
-            chunks=chunks,
-            dtype=dtype,
-            compressors=compressors,
-            fill_value=np.nan,
-        )
+        for name in ("X", "G") if with_g else ("X",):
+            group.create_array(
+                name,
+                shape=(n, proj_dim),
+                chunks=chunks,
+                dtype=dtype,
+                compressors=compressors,
+                fill_value=np.nan,
+            )
         rows = chunks[0]
         for name, kind, fill in (("Q", "float32", np.nan), ("H", "uint64", 0)):
             if name == "Q" and not with_q:
@@ -115,12 +121,28 @@ class RowSet:
 
     # ---- rows ----------------------------------------------------------------------------------
     def write(
-        self, start: int, x: np.ndarray, q: np.ndarray | None = None, h: np.ndarray | None = None
+        self,
+        start: int,
+        x: np.ndarray,
+        q: np.ndarray | None = None,
+        h: np.ndarray | None = None,
+        g: np.ndarray | None = None,
     ) -> None:
-        """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring)."""
+        """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring);
+        ``g``, the Fisher's rows, is required exactly when the set holds G."""
         end = start + x.shape[0]
         self.flags.chunk_range(start, end)
-        self.put(slice(start, end), self.stored(np.arange(start, end), x, q), q, h)
+        if (g is None) != (self.G is None):
+            raise ConfigError(
+                f"{self.describe()}: the set {'holds' if self.G is not None else 'has no'} "
+                "sampled-label Fisher rows G; write them with X exactly when it does."
+            )
+        inds = np.arange(start, end)
+        self.put(slice(start, end), self.stored(inds, x, q), q, h)
+        if g is not None and self.G is not None:
+            stored = self.stored(inds, g, None)
+            for cols in layout.column_blocks(self.G):
+                self.G[start:end, cols] = stored[:, cols]
 
     def describe(self) -> str:
         """Whose rows these are, for messages: ``train rows of model_id=0``."""
@@ -156,6 +178,16 @@ class RowSet:
         StoreDamagedError for damaged chunks (see ``_integrity.py``)."""
         return checked_read(self.X, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
 
+    def read_g(self, start: int, end: int, proj_dim: int | None = None) -> np.ndarray:
+        """G rows ``[start, end)`` (the first ``proj_dim`` columns), as ``read``."""
+        if self.G is None:
+            raise ConfigError(f"{self.describe()} holds no sampled-label Fisher rows G.")
+        return checked_read(self.G, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
+
+    def read_curvature(self, start: int, end: int) -> np.ndarray:
+        """The rows whose Gram is the stored K: G where the set holds it, else X."""
+        return self.read(start, end) if self.G is None else self.read_g(start, end)
+
     def read_q(self, start: int, end: int) -> np.ndarray:
         if self.Q is None:
             raise ConfigError("this row set stores no Q (target rows have none).")
@@ -169,5 +201,7 @@ class RowSet:
         return np.asarray(self.H.get_orthogonal_selection(np.asarray(rows, dtype=np.int64)))
 
     def arrays(self) -> list[zarr.Array[Any]]:
-        """X, H and (train rows) Q: the arrays a committed chunk must hold whole."""
-        return [self.X, self.H] + ([self.Q] if self.Q is not None else [])
+        """X, H, (train rows) Q and G where held: the arrays a committed chunk must hold
+        whole."""
+        extra = [a for a in (self.Q, self.G) if a is not None]
+        return [self.X, self.H, *extra]

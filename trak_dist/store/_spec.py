@@ -22,6 +22,7 @@ from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 # stores are refused. Chunk shapes are read from each array's metadata, so older layouts read.
 FORMAT_VERSION = 2
 DTYPES = ("float16", "float32")
+CURVATURES = ("xtx", "fisher")  # what the stored K is the Gram of
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class FeatureSpec:
         format_version: layout version of the store.
         projection_params: what else defines P (the Kronecker projector's ``spec_params``:
             column sharing, pair order, digest of the parameter views); empty for the others.
+        curvature: what K's Gram (the ``xtx`` node) is: ``xtx`` (XᵀX of the rows) or
+            ``fisher`` (GᵀG of the sampled-label Fisher's rows G, stored beside X; their
+            labels are drawn with ``seed``: ``tasks/_sampled.py``).
     """
 
     proj_dim: int
@@ -56,6 +60,7 @@ class FeatureSpec:
     chunk_rows: int = 256
     format_version: int = FORMAT_VERSION
     projection_params: str = ""
+    curvature: str = "xtx"
 
     def __post_init__(self) -> None:
         for name in ("proj_dim", "grad_dim", "train_size", "chunk_rows"):
@@ -64,6 +69,8 @@ class FeatureSpec:
                 raise ConfigError(f"{name}={value!r}; expected a positive integer.")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype={self.dtype!r}; expected one of {DTYPES}.")
+        if self.curvature not in CURVATURES:
+            raise ConfigError(f"curvature={self.curvature!r}; expected one of {CURVATURES}.")
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

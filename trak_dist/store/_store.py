@@ -130,16 +130,17 @@ class FeatureStore:
     def ensure_checkpoint(self, model_id: int, fingerprint: str | None = None) -> RowSet:
         """The train RowSet of ``model_id``, created if new; checks the checkpoint it is bound
         to (see ``bind``)."""
-        rows = self._ensure_rows(layout.train(model_id), self.spec.train_size, with_q=True)
+        fisher = self.spec.curvature == "fisher"
+        rows = self._ensure_rows(layout.train(model_id), self.spec.train_size, True, fisher)
         rows.binding.check(fingerprint, f"model_id={model_id}", self.where)
         return rows
 
-    def _ensure_rows(self, path: str, n: int, with_q: bool) -> RowSet:
+    def _ensure_rows(self, path: str, n: int, with_q: bool, with_g: bool = False) -> RowSet:
         if path in self.root:
             return RowSet(group(self.root, path))
         s, node = self.spec, self.root.require_group(path)
         codec = compressors(self.codec)
-        return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q)
+        return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q, with_g)
 
     def bind(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
         """Bind ``rows`` to the checkpoint that featurises them before each commit

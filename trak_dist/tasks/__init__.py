@@ -13,9 +13,17 @@ from trak_dist.tasks._classification import (
     TextClassification,
 )
 from trak_dist.tasks._clip import CLIPOutput
+from trak_dist.tasks._defaults import is_causal_lm, task_defaults
 from trak_dist.tasks._language import CausalLM
+from trak_dist.tasks._sampled import (
+    CURVATURES,
+    SampledLabels,
+    attach_uniforms,
+    resolve_curvature,
+)
 
 __all__ = [
+    "CURVATURES",
     "TASKS",
     "BatchedOutput",
     "CLIPOutput",
@@ -23,10 +31,15 @@ __all__ = [
     "ImageClassification",
     "IterativeImageClassification",
     "ModelOutput",
+    "SampledLabels",
     "TextClassification",
+    "attach_uniforms",
     "describe",
+    "is_causal_lm",
     "margin",
+    "resolve_curvature",
     "resolve_task",
+    "task_defaults",
 ]
 
 TASKS: dict[str, type[ModelOutput]] = {

@@ -46,6 +46,22 @@ class ImageClassification(ModelOutput):
         logits = torch.func.functional_call(model, (weights, buffers), (images,))
         return one_minus_p(logits, labels, self.loss_temperature)
 
+    def sampling_logits(
+        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Sequence[Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        """Class logits ``[B, 1, C]`` and an all-true mask ``[B, 1]`` (``SampledLabels``)."""
+        images = batch[0]
+        if params is None:
+            z = model(images)
+        else:
+            z = torch.func.functional_call(model, params, (images,))
+        return z.unsqueeze(1), torch.ones(z.shape[0], 1, dtype=torch.bool, device=z.device)
+
+    @staticmethod
+    def sampling_width(batch: Batch) -> int:
+        """One uniform per row: one label drawn per example."""
+        return 1
+
 
 class TextClassification(BatchedOutput):
     """f = log p/(1−p) of the label's class for sequence classifiers (e.g. HF
@@ -88,6 +104,19 @@ class TextClassification(BatchedOutput):
     ) -> Tensor:
         inputs, labels = self._split(batch)
         return margin(logits(model, params, inputs), labels)
+
+    def sampling_logits(
+        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
+    ) -> tuple[Tensor, Tensor]:
+        """Class logits ``[B, 1, C]`` and an all-true mask ``[B, 1]`` (``SampledLabels``)."""
+        inputs, _ = self._split(batch)
+        z = logits(model, params, inputs)
+        return z.unsqueeze(1), torch.ones(z.shape[0], 1, dtype=torch.bool, device=z.device)
+
+    @staticmethod
+    def sampling_width(batch: Batch) -> int:
+        """One uniform per row: one label drawn per example."""
+        return 1
 
     def get_outputs_and_q(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         """``get_outputs`` and Q ``[B]`` from the same forward pass."""

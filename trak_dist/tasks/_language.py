@@ -108,6 +108,21 @@ class CausalLM(BatchedOutput):
         z, targets, counted = self._logits(model, None, batch)
         return self._summed_margin(z, targets, counted), self._q(z.detach(), targets, counted)
 
+    def sampling_logits(
+        self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
+    ) -> tuple[Tensor, Tensor]:
+        """Next-token logits ``[B, T-1, V]`` and the mask of counted positions ``[B, T-1]``:
+        what ``SampledLabels`` draws the Fisher's labels from (``tasks/_sampled.py``)."""
+        z, _, counted = self._logits(model, params, batch)
+        return z, counted
+
+    @staticmethod
+    def sampling_width(batch: Batch) -> int:
+        """Uniforms per row for ``SampledLabels``: one per token (the first one unused), so
+        that the noise is cut with the batch's padding (``_padding.trim``)."""
+        ids = batch["input_ids"] if isinstance(batch, Mapping) else batch[0]
+        return int(ids.shape[1])
+
     def _logits(
         self, model: nn.Module, params: tuple[Params, Params] | None, batch: Batch
     ) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,0 +1,140 @@
+"""``featurize.curvature=fisher`` through the pipeline's plain classes on the in-process
+executor (no Ray: what is checked is the worker, the reducer and the store, not where they run):
+K = GᵀG of the stored Fisher rows G, whatever the split (invariant 2), resumed from committed
+chunks (invariant 3), reduced from the committed rows as the reduce stage does for the SLURM
+executor's array tasks and TRAKer (``Reducer.reduce_stored``), and recorded in the store
+(invariant 4). Sizes are the smallest that still split: 16 rows, chunks of 8, p = 32."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.fixtures.pipeline import run_in_process
+from trak_dist.config import (
+    ClusterConfig,
+    DataConfig,
+    FeaturizeConfig,
+    JobConfig,
+    ModelConfig,
+    ProjectionConfig,
+    StoreConfig,
+    TaskConfig,
+)
+from trak_dist.errors import StoreMismatchError
+from trak_dist.examples import tiny_lm
+from trak_dist.pipeline import Reducer, Worker, prepare
+from trak_dist.scoring import gram
+from trak_dist.store import FeatureStore
+
+N, P, CHUNK = 16, 32, 8
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoints(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("lm_ckpts")
+    out = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        path = root / f"s{seed}.pt"
+        torch.save(tiny_lm.make_model(n_embd=16).state_dict(), path)
+        out.append(path)
+    return out
+
+
+def lm_job(store: Path, ckpts: list[Path], **featurize: object) -> JobConfig:
+    settings = {"micro_batch": 4, "shard_rows": CHUNK, "half_precision": False, **featurize}
+    return JobConfig(
+        proj_dim=P,
+        lambda_reg="auto",
+        model=ModelConfig(
+            factory="trak_dist.examples.tiny_lm:make_model",
+            kwargs={"n_embd": 16},
+            checkpoints=[str(c) for c in ckpts],
+        ),
+        data=DataConfig(
+            train="trak_dist.examples.tiny_lm:train_set",
+            targets="trak_dist.examples.tiny_lm:target_set",
+            kwargs={"limit": N},
+        ),
+        task=TaskConfig(name="causal_lm"),
+        projection=ProjectionConfig(kind="kronecker"),
+        featurize=FeaturizeConfig(**settings),  # type: ignore[arg-type]
+        store=StoreConfig(path=str(store), chunk_rows=CHUNK),
+        cluster=ClusterConfig(num_workers=2),
+        progress=False,
+        report=None,
+    )
+
+
+def stored(cfg: JobConfig) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Per checkpoint: X, G and the stored K."""
+    store = FeatureStore.open(cfg.store.path, mode="r")
+    ids = store.checkpoint_ids()
+    rows = [store.train_rows(c) for c in ids]
+    ks = [store.read_xtx(c) for c in ids]
+    assert all(k is not None for k in ks)
+    return [r.read(0, N) for r in rows], [r.read_g(0, N) for r in rows], ks  # type: ignore[misc]
+
+
+def test_fisher_k_is_the_gram_of_stored_g_in_any_split_and_scores(tmp_path, lm_checkpoints):
+    # one checkpoint: the split is what varies here (the draws' model_id is covered by
+    # tests/tasks/test_sampled_fisher.py, two checkpoints' K by the tests below)
+    ckpts = lm_checkpoints[:1]
+    a = lm_job(tmp_path / "a.zarr", ckpts)  # curvature auto: fisher for causal_lm
+    result = run_in_process(a)
+    store = FeatureStore.open(a.store.path, mode="r")
+    assert store.spec.curvature == "fisher"
+    xa, ga, ka = stored(a)
+    for x, g, k in zip(xa, ga, ka, strict=True):
+        np.testing.assert_allclose(k, gram(g), rtol=1e-12, atol=1e-12 * np.abs(k).max())
+        assert np.abs(g - x).max() > 0.1 * np.abs(x).max()  # G is not X
+    assert result.scores is not None
+    # one train shard of two chunks instead of two shards, micro-batches of 3 rows (3, 3, 2 a
+    # chunk) instead of 4, the shards in reverse (targets first): the same X, G and K
+    b = lm_job(tmp_path / "b.zarr", ckpts, shard_rows=N, micro_batch=3)
+    run_in_process(b, reverse=True)
+    xb, gb, kb = stored(b)
+    assert len(ka) == len(kb) == 1
+    for one, two in zip([*xa, *ga, *ka], [*xb, *gb, *kb], strict=True):
+        np.testing.assert_allclose(one, two, rtol=1e-4, atol=1e-5 * np.abs(one).max())
+
+
+def test_a_resumed_run_and_the_stored_rows_reduce_to_the_same_k(tmp_path, lm_checkpoints):
+    full = lm_job(tmp_path / "full.zarr", lm_checkpoints)
+    run_in_process(full)
+    _, _, k_full = stored(full)
+    cfg = lm_job(tmp_path / "resume.zarr", lm_checkpoints)
+    prep = prepare(cfg)
+    worker = Worker(cfg, prep.checkpoints, prep.width)
+    first, _ = worker.run(prep.train_tasks[1])  # rows [8, 16) of checkpoint 0, then "killed"
+    assert first.rows_computed == CHUNK
+    run_in_process(cfg)  # reuses the committed chunk: its G is read back, not recomputed
+    _, _, k_resumed = stored(cfg)
+    for one, two in zip(k_full, k_resumed, strict=True):
+        np.testing.assert_allclose(one, two, rtol=1e-10, atol=1e-12 * np.abs(one).max())
+    # the array mode's reduce: K from the committed rows, not from streamed partials
+    store = FeatureStore.open(cfg.store.path)
+    del store.root["train/0/xtx"]
+    Reducer(store).reduce_stored(0)
+    k_rows = store.read_xtx(0)
+    assert k_rows is not None
+    np.testing.assert_allclose(k_rows, k_full[0], rtol=1e-10, atol=1e-12 * np.abs(k_rows).max())
+
+
+def test_the_store_records_the_curvature(tmp_path, lm_checkpoints):
+    cfg = lm_job(tmp_path / "c.zarr", lm_checkpoints, curvature="xtx")
+    run_in_process(cfg)
+    store = FeatureStore.open(cfg.store.path, mode="r")
+    assert store.spec.curvature == "xtx" and store.train_rows(0).G is None
+    x, k = store.train_rows(0).read(0, N), store.read_xtx(0)
+    np.testing.assert_allclose(k, gram(x), rtol=1e-12, atol=1e-12 * np.abs(x).max() ** 2)
+    fisher = dataclasses.replace(
+        cfg, featurize=dataclasses.replace(cfg.featurize, curvature="auto")
+    )
+    with pytest.raises(StoreMismatchError, match="curvature: store has 'xtx', requested 'fisher'"):
+        prepare(fisher)
