@@ -19,7 +19,14 @@ import trak_dist
 from tests.fixtures import llm_models
 from tests.fixtures.helpers import one_thread
 from trak_dist import TRAKer
-from trak_dist.config import DataConfig, JobConfig, ModelConfig, TaskConfig
+from trak_dist.config import (
+    DataConfig,
+    FeaturizeConfig,
+    JobConfig,
+    ModelConfig,
+    ProjectionConfig,
+    TaskConfig,
+)
 from trak_dist.hf import from_checkpoints, load_state
 from trak_dist.pipeline import resolve_inputs
 from trak_dist.sources import batch_of
@@ -196,6 +203,9 @@ def test_python_run_takes_the_same_directories_and_files(ray_session, tmp_path, 
         num_workers=1,
         progress=False,
         report=None,
+        # TRAKer's projection and curvature (causal_lm's default is Kronecker + Fisher)
+        projection=ProjectionConfig(kind="rademacher"),
+        featurize=FeaturizeConfig(curvature="xtx"),
     )
     expected = api_scores(tmp_path, ckpts)
     scores = result.scores()
