@@ -165,8 +165,9 @@ def test_run_on_ray_equals_traker(ray_session, lm_states, attn, tmp_path):
         proj_dim=P,
         lambda_reg=LAMBDA,
         num_workers=2,
-        projection=ProjectionConfig(seed=SEED),
-        featurize=FeaturizeConfig(micro_batch=4, half_precision=False),
+        # TRAKer's projection and XᵀX (causal_lm's default is Kronecker + sampled-label Fisher)
+        projection=ProjectionConfig(kind="rademacher", seed=SEED),
+        featurize=FeaturizeConfig(micro_batch=4, half_precision=False, curvature="xtx"),
         progress=False,
     )
     states = [torch.load(p, weights_only=True) for p in lm_states]
@@ -232,8 +233,8 @@ def test_cli_bert_text_classification(bert_trained, tmp_path):
 def test_cli_gpt2_causal_lm(lm_states, tmp_path):
     """``trak-dist model=custom task=causal_lm`` on a stock GPT2LMHeadModel, default attention,
     dict samples; the train set scored as targets: each piece of text is its own strongest
-    proponent (train and target features come from the same path; a property of TRAK with
-    proj_dim > n and small λ, so random-weight checkpoints do)."""
+    proponent (train and target features come from the same path; a property of TRAK's XᵀX
+    with proj_dim > n and small λ, so random-weight checkpoints do)."""
     report = run_example(
         tmp_path,
         "tiny_lm",
@@ -243,6 +244,8 @@ def test_cli_gpt2_causal_lm(lm_states, tmp_path):
         "data.targets=trak_dist.examples.tiny_lm:train_set",
         "+data.kwargs.limit=96",
         "cluster=inprocess",
+        # the property is XᵀX's (the causal_lm default's sampled-label Fisher need not have it)
+        "featurize.curvature=xtx",
     )
     assert report["rows_computed"] == {"train": 2 * 96, "target": 2 * 96}
     sset = FeatureStore.open(report["store"], mode="r").score_set("targets", "p128_lambda0.01")
