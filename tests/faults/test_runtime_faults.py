@@ -12,6 +12,7 @@ import http.client
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -256,7 +257,7 @@ def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, re
     finally:
         _kill(proc)
     assert proc.returncode == 130
-    assert err.strip().splitlines() == [RESUME_LINE]
+    assert our_lines(err) == [RESUME_LINE]
     assert len(job) >= 4, "the job's Ray processes were not seen"
     left = still_running(job, timeout=30)
     assert left == [], "processes of the interrupted job are still running"
@@ -269,6 +270,17 @@ def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, re
     report = json.loads((user / "out" / "trak_report.json").read_text())
     assert report["rows_reused"]["train"] >= kept_rows
     assert_same_scores(store, reference)
+
+
+# Ray's C++ core worker in the driver logs to stderr by itself when an interrupt races a task's
+# failure report ("[<date> <time>,<ms> E <pid> <tid>] task_manager.cc:1545: Failed to push error
+# to driver for task …", seen once in a CI run of 2026-11-28); not ours to print or to stop
+RAY_CORE_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] \w+\.cc:\d+: ")
+
+
+def our_lines(err: str) -> list[str]:
+    """stderr's lines less Ray's own C++ log lines (anything else, a traceback too, is kept)."""
+    return [line for line in err.strip().splitlines() if not RAY_CORE_LOG.match(line)]
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
@@ -676,7 +688,7 @@ def test_sigint_stops_eval_and_the_rerun_trains_only_the_rest(tmp_path, digits_c
     finally:
         _kill(proc)
     assert proc.returncode == 130, err[-3000:]
-    assert err.strip().splitlines() == [
+    assert our_lines(err) == [
         "trak-dist eval: interrupted; the finished subset models are kept: rerun the same "
         "command to train the rest."
     ]
