@@ -138,11 +138,12 @@ class RowSet:
                 "sampled-label Fisher rows G; write them with X exactly when it does."
             )
         inds = np.arange(start, end)
-        self.put(slice(start, end), self.stored(inds, x, q), q, h)
-        if g is not None and self.G is not None:
-            stored = self.stored(inds, g, None)
-            for cols in layout.column_blocks(self.G):
-                self.G[start:end, cols] = stored[:, cols]
+        # both checked before either is written
+        x_stored = self.stored(inds, x, q)
+        g_stored = None if g is None else self.stored(inds, g, None)
+        self.put(slice(start, end), x_stored, q, h)
+        if g_stored is not None and self.G is not None:
+            _put_columns(self.G, slice(start, end), g_stored)
 
     def describe(self) -> str:
         """Whose rows these are, for messages: ``train rows of model_id=0``."""
@@ -165,9 +166,7 @@ class RowSet:
         """Write ``rows`` (whole chunks, checked by the caller) of X, Q and H as given; X one
         column chunk at a time, so Zarr holds one wide chunk in flight, not all of a row's."""
         if x is not None:
-            x = x.astype(self.X.dtype, copy=False)
-            for cols in layout.column_blocks(self.X):
-                self.X[rows, cols] = x[:, cols]
+            _put_columns(self.X, rows, x.astype(self.X.dtype, copy=False))
         if q is not None and self.Q is not None:
             self.Q[rows] = q.astype(np.float32, copy=False)
         if h is not None:
@@ -176,13 +175,18 @@ class RowSet:
     def read(self, start: int, end: int, proj_dim: int | None = None) -> np.ndarray:
         """X rows ``[start, end)`` (the first ``proj_dim`` columns) as stored; raises
         StoreDamagedError for damaged chunks (see ``_integrity.py``)."""
-        return checked_read(self.X, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
+        return self._read_columns(self.X, start, end, proj_dim)
 
     def read_g(self, start: int, end: int, proj_dim: int | None = None) -> np.ndarray:
         """G rows ``[start, end)`` (the first ``proj_dim`` columns), as ``read``."""
         if self.G is None:
             raise ConfigError(f"{self.describe()} holds no sampled-label Fisher rows G.")
-        return checked_read(self.G, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
+        return self._read_columns(self.G, start, end, proj_dim)
+
+    def _read_columns(
+        self, arr: zarr.Array[Any], start: int, end: int, proj_dim: int | None
+    ) -> np.ndarray:
+        return checked_read(arr, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
 
     def read_curvature(self, start: int, end: int) -> np.ndarray:
         """The rows whose Gram is the stored K: G where the set holds it, else X."""
@@ -205,3 +209,10 @@ class RowSet:
         whole."""
         extra = [a for a in (self.Q, self.G) if a is not None]
         return [self.X, self.H, *extra]
+
+
+def _put_columns(arr: zarr.Array[Any], rows: slice, values: np.ndarray) -> None:
+    """``arr[rows] = values`` one column chunk at a time, so Zarr holds one wide chunk in flight,
+    not all of a row's."""
+    for cols in layout.column_blocks(arr):
+        arr[rows, cols] = values[:, cols]

@@ -13,7 +13,22 @@ from trak_dist.tasks._base import BatchedOutput, ModelOutput, Params, margin, on
 from trak_dist.tasks._inputs import dict_labels, logits, model_inputs
 
 
-class ImageClassification(ModelOutput):
+def one_position(z: Tensor) -> tuple[Tensor, Tensor]:
+    """A classifier's logits ``[B, C]`` as ``SampledLabels`` reads them: one counted position
+    per row, ``[B, 1, C]`` and an all-true mask ``[B, 1]``."""
+    return z.unsqueeze(1), torch.ones(z.shape[0], 1, dtype=torch.bool, device=z.device)
+
+
+class OneLabelPerRow:
+    """``SampledLabels``' width for classifiers: one uniform per row, one label drawn per
+    example."""
+
+    @staticmethod
+    def sampling_width(batch: Batch) -> int:
+        return 1
+
+
+class ImageClassification(OneLabelPerRow, ModelOutput):
     """f = log p/(1−p) of the label's class; a sample is ``(image, label)``; ``temperature``:
     of Q's softmax."""
 
@@ -55,15 +70,10 @@ class ImageClassification(ModelOutput):
             z = model(images)
         else:
             z = torch.func.functional_call(model, params, (images,))
-        return z.unsqueeze(1), torch.ones(z.shape[0], 1, dtype=torch.bool, device=z.device)
-
-    @staticmethod
-    def sampling_width(batch: Batch) -> int:
-        """One uniform per row: one label drawn per example."""
-        return 1
+        return one_position(z)
 
 
-class TextClassification(BatchedOutput):
+class TextClassification(OneLabelPerRow, BatchedOutput):
     """f = log p/(1−p) of the label's class for sequence classifiers (e.g. HF
     ``*ForSequenceClassification``), called as ``model(input_ids=, attention_mask=,
     [token_type_ids=])``; Q = 1 − p.
@@ -110,13 +120,7 @@ class TextClassification(BatchedOutput):
     ) -> tuple[Tensor, Tensor]:
         """Class logits ``[B, 1, C]`` and an all-true mask ``[B, 1]`` (``SampledLabels``)."""
         inputs, _ = self._split(batch)
-        z = logits(model, params, inputs)
-        return z.unsqueeze(1), torch.ones(z.shape[0], 1, dtype=torch.bool, device=z.device)
-
-    @staticmethod
-    def sampling_width(batch: Batch) -> int:
-        """One uniform per row: one label drawn per example."""
-        return 1
+        return one_position(logits(model, params, inputs))
 
     def get_outputs_and_q(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         """``get_outputs`` and Q ``[B]`` from the same forward pass."""

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from trak_dist.batches import Batch
 from trak_dist.errors import ConfigError
 from trak_dist.tasks._base import BatchedOutput, Params
-from trak_dist.tasks._language import CausalLM
+from trak_dist.tasks._defaults import is_causal_lm
 
 SAMPLING_KEY = "trak_dist_sampling_uniforms"
 CURVATURES = ("auto", "xtx", "fisher")
@@ -50,7 +50,7 @@ def resolve_curvature(curvature: str, task: Any) -> str:
             "TRAK's XᵀX, fisher the sampled-label Fisher GᵀG, auto picks per task."
         )
     if curvature == "auto":
-        return "fisher" if isinstance(task, CausalLM) else "xtx"
+        return "fisher" if is_causal_lm(task) else "xtx"
     if curvature == "fisher" and not supports_sampling(task):
         raise ConfigError(
             f"featurize.curvature=fisher: the task {type(task).__name__} cannot draw labels "
