@@ -25,6 +25,7 @@ import zarr
 from torch import nn
 from trak.projectors import AbstractProjector
 
+from tests.fixtures.helpers import one_thread
 from tests.fixtures.traker_jobs import (
     LAMBDA,
     TARGET_SHARDS,
@@ -45,13 +46,11 @@ JOBS = Path(__file__).parent / "fixtures" / "traker_jobs.py"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
+def single_thread():
     """Two intra-op threads on this shared 2-core machine turn milliseconds into seconds (they
     spin while other processes hold the cores); these models are far too small to gain."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

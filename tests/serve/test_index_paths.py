@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.fixtures.helpers import one_thread
 from trak_dist.errors import ConfigError
 from trak_dist.serve import AttributionIndex
 from trak_dist.serve._ann import AnnIndex
@@ -80,16 +81,12 @@ def test_exact_paths_equal_float64(
         _check_topk(top, s64, min(k, n), 1e-5, atol)
         # chunks shared out over pass threads: the same bits as one thread (a matmul's rounding
         # depends on its torch threads: one per pass thread, and one here, as in a replica)
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with one_thread():
             one = _index(x, q, c, block_rows, chunk_rows).topk(yt, k)
             for threads in (2, 3):
                 shared = _index(x, q, c, block_rows, chunk_rows, threads).topk(yt, k)
                 for field in ("proponents_idx", "proponents_val", "opponents_idx", "opponents_val"):
                     np.testing.assert_array_equal(getattr(shared, field), getattr(one, field))
-        finally:
-            torch.set_num_threads(before)
 
 
 def test_float16_index_of_float32_rows_within_its_rounding():
