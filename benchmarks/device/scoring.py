@@ -10,7 +10,10 @@ alone: ``Reducer.score`` (the in-process executor's score step: K⁻¹, Y, every
 yardstick: ``torch.mm`` of [65536, p] × [p, m] float32 on the GPU (the scorer's dtype), its
 FLOP rate against the score step's 2·n·m·p / seconds. Fewer than 1M rows (said so) when one
 probe piece's write rate says the store could not be written and read back within the budget.
-The dry run: n = 4096, m = 256, p = 64 on the CPU."""
+Then where a score block's time goes, on the first ``[65536, p]`` rows, scaled to n: reading X
+and Q from the store, the copy to the device, the ``addmm``s alone, the finite check's sync per
+block, and the two top-k merges (``breakdown``). The dry run: n = 4096, m = 256, p = 64 on the
+CPU."""
 
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.device._section import Section, seconds_per_call
+from benchmarks.device._section import Section, seconds_per_call, sync
 from trak_dist.pipeline import Reducer
 from trak_dist.scoring import ScoreRequest, ScoringConfig
+from trak_dist.scoring._topk import merge_above
 from trak_dist.store import FeatureSpec, FeatureStore
 
 SIZES = {"gpu": (1_000_000, 10_000, 4096, 4096, 65536), "dry": (4096, 256, 64, 256, 1024)}
@@ -91,7 +95,7 @@ def rows_that_fit(s: Section, root: Path, n: int, p: int, chunk: int, piece: int
     per_piece = time.perf_counter() - t0
     shutil.rmtree(root / "probe.zarr")
     # writing and the score step's read cost about the same; keep a third of the rest for both
-    fit = int((s.left() - 10) / 3 / per_piece) * piece
+    fit = int((s.left() - 30) / 3 / per_piece) * piece  # 30 s: the rest and the breakdown
     s.write(
         f"- probe: {piece} rows written in {per_piece:.2f} s "
         f"({piece * p * 2 / per_piece / 1e9:.3g} GB/s)"
@@ -102,6 +106,61 @@ def rows_that_fit(s: Section, root: Path, n: int, p: int, chunk: int, piece: int
             "written and read back within the section's budget at that rate"
         )
     return max(min(n, fit), piece)
+
+
+def breakdown(s: Section, store: FeatureStore, n: int, m: int, p: int, rows: int) -> None:
+    """Seconds of each part of a score block's loop (``scoring/_score_block.py``: train blocks
+    of 4096 rows, target blocks of 1024, k = 10) over the first ``rows`` rows, scaled to n."""
+    cfg = ScoringConfig(exp_name=EXP)
+    tb, cb, k = cfg.train_block, cfg.target_block, cfg.topk
+    rs = store.train_rows(0)
+    gen = torch.Generator(s.device).manual_seed(2)
+    y = torch.randn(m, p, generator=gen, device=s.device)
+    spans = [(r0, min(rows, r0 + tb)) for r0 in range(0, rows, tb)]
+    parts: dict[str, float] = {}
+
+    def timed(name: str, fn) -> object:
+        sync(s.device)
+        t0 = time.perf_counter()
+        out = fn()
+        sync(s.device)
+        parts[name] = (time.perf_counter() - t0) * n / rows
+        return out
+
+    host = timed(
+        "read X and Q from the store",
+        lambda: [(rs.read(a, b, p), rs.read_q(a, b)) for a, b in spans],
+    )
+    xs = timed(
+        "copy to the device, as float32",
+        lambda: [torch.as_tensor(x, device=s.device).float() for x, _ in host],
+    )
+
+    def products(check: bool) -> None:
+        for x in xs:
+            for c0 in range(0, m, cb):
+                acc = torch.zeros(x.shape[0], min(cb, m - c0), device=s.device)
+                acc.addmm_(x, y[c0 : c0 + cb].T)
+                if check:
+                    bool(torch.isfinite(acc.sum()))
+
+    timed("addmm alone (no sync per block)", lambda: products(False))
+    timed("addmm + the finite check (a sync per block)", lambda: products(True))
+
+    def merges() -> None:
+        for i, x in enumerate(xs):
+            for j, c0 in enumerate(range(0, m, cb)):
+                block = x @ y[c0 : c0 + cb].T
+                best[j] = merge_above(best.get(j), block, spans[i][0], k, largest=True)
+                worst[j] = merge_above(worst.get(j), block, spans[i][0], k, largest=False)
+
+    best: dict = {}
+    worst: dict = {}
+    timed("addmm + both top-k merges", merges)
+    s.write(f"\nWhere a block's time goes ({rows} rows timed, scaled to n = {n}):")
+    s.table(["part", "seconds at n"], [[name, sec] for name, sec in parts.items()])
+    for name, sec in parts.items():
+        s.record("part: " + name, sec)
 
 
 def main() -> int:
@@ -153,6 +212,8 @@ def main() -> int:
         s.record("score_seconds", seconds)
         s.record("score_vs_mm", rate / mm)
         s.record("blocks_vs_mm", flops / block_s / mm)
+        if not s.out_of_time("the breakdown of a block's time", 10):
+            breakdown(s, store, n, m, p, min(mm_rows, n))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return s.done()
