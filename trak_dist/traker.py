@@ -66,7 +66,8 @@ class TRAKer:
         gradient_engine: ``auto``, ``vmap`` or ``hooks`` (see ``make_computer``), when no
             ``gradient_computer`` class is given.
         projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
-        kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|) or ``none``.
+        kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|), ``none`` or
+            ``per_target`` (docs/design.md, "Checkpoint weights").
         dataset_fingerprint: names the train set in the store (rows are hashed regardless).
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.

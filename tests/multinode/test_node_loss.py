@@ -1,7 +1,8 @@
 """Nodes lost in the middle of a job on the three-node cluster, the store on S3: a worker node
-(every process of it SIGKILLed) while featurising, another's raylet while scoring. The results equal the local run's
-bit for bit and the report counts what was replaced (issue 27). The head node lost while scoring
-is checked by hand (``benchmarks/remote_checks/multinode/test_head_loss.py``: ~4 minutes)."""
+(every process of it SIGKILLed) while featurising, another's raylet while scoring. The results
+equal the local run's bit for bit and the report counts what was replaced (issue 27). The head
+node lost while scoring is checked by hand
+(``benchmarks/remote_checks/multinode/test_head_loss.py``: ~4 minutes)."""
 
 from __future__ import annotations
 

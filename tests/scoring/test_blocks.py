@@ -31,25 +31,31 @@ def filled_store(path, ids=(0, 1), seed=0):
     return store, data
 
 
-def dense(data, p, lam, scaling=True):
+def dense(data, p, lam, scaling="mean_abs"):
     s, q = 0, 0
     for x, qc, xt in data.values():
         x, xt = x[:, :p], xt[:, :p]
         kinv = np.linalg.inv(x.T @ x + lam * np.eye(p))
-        if scaling:
+        if scaling == "mean_abs":
             kinv /= np.abs(kinv).mean()
-        s = s + x @ kinv @ xt.T
+        sc = x @ kinv @ xt.T
+        if scaling == "per_target":  # each target's column of this checkpoint's S, unit norm
+            sc /= np.linalg.norm(sc, axis=0)
+        s = s + sc
         q = q + qc
     return s / len(data) * (q / len(data))[:, None]
 
 
+SCALINGS = [(P, 0.0, "mean_abs"), (5, 0.5, "none"), (P, 0.3, "per_target"), (5, 2.0, "per_target")]
+
+
 @pytest.mark.parametrize(("train_block", "target_block"), [(4096, 1024), (7, 5), (32, 1)])
-@pytest.mark.parametrize(("p", "lam", "scaling"), [(P, 0.0, "mean_abs"), (5, 0.5, "none")])
+@pytest.mark.parametrize(("p", "lam", "scaling"), SCALINGS)
 def test_block_scores_equal_a_dense_solve(store_path, train_block, target_block, p, lam, scaling):
     store, data = filled_store(store_path)
     settings = ScoringConfig("t", scaling, 4, train_block=train_block, target_block=target_block)
     sset = compute_scores(store, settings, [0, 1], p, lam)
-    ref = dense(data, p, lam, scaling == "mean_abs")
+    ref = dense(data, p, lam, scaling)
     np.testing.assert_allclose(sset.scores(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     top = sset.read_topk()
     order = np.argsort(-ref, axis=0)

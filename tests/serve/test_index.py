@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from tests.fixtures.serve import DigitsJob, P, serve_job
 from trak_dist.errors import ConfigError
 from trak_dist.examples import digits
+from trak_dist.scoring import ScoringConfig, compute_scores
 from trak_dist.serve import AttributionIndex
 from trak_dist.serve._attributor import Attributor
 from trak_dist.store import FeatureStore
@@ -52,6 +55,23 @@ def test_index_from_stored_targets_equals_stored_scores(digits_job: DigitsJob) -
             got, digits_job.scores, rtol=1e-5, atol=1e-6 * float(np.abs(got).max())
         )
         _assert_topk_matches(index.topk(y, 10), digits_job, np.arange(m), 10)
+
+
+def test_per_target_index_equals_per_target_scores(digits_job: DigitsJob, tmp_path) -> None:
+    """kinv_scaling=per_target: the index scales its query rows as compute_scores scales Y."""
+    shutil.copytree(digits_job.store, tmp_path / "s.zarr")
+    store = FeatureStore.open(tmp_path / "s.zarr")
+    settings = ScoringConfig("targets", "per_target", 10, write_scores="full")
+    want = compute_scores(store, settings, [0, 1], P, "auto").scores()
+    index = AttributionIndex.from_store(store, [0, 1], P, "auto", "per_target", "float32")
+    m = store.num_targets("targets")
+    got = index.scores(
+        index.target_side([store.target_rows("targets", c).read(0, m, P) for c in (0, 1)])
+    )
+    torch.testing.assert_close(got.numpy(), want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+    # not the mean_abs scores, rescaled: each checkpoint's weight differs per target
+    ratio = want / digits_job.scores
+    assert np.nanstd(ratio / np.nanmedian(ratio, axis=0)) > 1e-3
 
 
 def test_index_memory_mapped(digits_job: DigitsJob, tmp_path) -> None:

@@ -13,7 +13,10 @@ from trak_dist.errors import ConfigError, IllConditionedError, NonFiniteError
 from trak_dist.scoring._lambda import AUTO, BEST, LambdaReg, auto_lambda
 
 logger = logging.getLogger(__name__)
-KINV_SCALINGS = ("mean_abs", "none")
+# per_target: K⁻¹ unscaled, then each target's y_tc = K_c⁻¹ x_tc divided by √(y_tcᵀ XᵀX y_tc), the
+# norm of its column of S_c: every checkpoint weighs the same in each target's mean
+# (docs/design.md, "Checkpoint weights")
+KINV_SCALINGS = ("mean_abs", "none", "per_target")
 WARN_CONDITION = 1e8
 
 
@@ -83,7 +86,8 @@ class Factorization:
 
     def kinv(self, lambda_reg: float, scaling: str = "mean_abs", context: str = "") -> np.ndarray:
         """``[p, p]`` float64 (XᵀX + λI)⁻¹, divided by its mean |entry| for ``mean_abs`` (as
-        traker 0.3.2); IllConditionedError when singular to float64 precision."""
+        traker 0.3.2; ``none`` and ``per_target``: unscaled, the latter's scaling is
+        :meth:`per_target`'s); IllConditionedError when singular to float64 precision."""
         check_lambda(lambda_reg)
         if scaling not in KINV_SCALINGS:
             raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
@@ -93,6 +97,14 @@ class Factorization:
         if scaling == "mean_abs":
             kinv = kinv / np.abs(kinv).mean()
         return kinv
+
+    def per_target(self, y: torch.Tensor) -> torch.Tensor:
+        """``y`` ``[m, p]`` (rows K⁻¹ x_t) with each row divided by √(yᵀ XᵀX y), the norm of the
+        target's column of this checkpoint's scores X y (a row with norm 0 stays 0)."""
+        v = torch.as_tensor(self.eigenvectors, dtype=y.dtype, device=y.device)
+        e = torch.as_tensor(np.clip(self.eigenvalues, 0, None), dtype=y.dtype, device=y.device)
+        norm = ((y @ v) ** 2 @ e).sqrt()
+        return y / torch.where(norm > 0, norm, torch.ones_like(norm))[:, None]
 
     def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
         """The condition number of XᵀX + λI; raises when it is numerically singular."""

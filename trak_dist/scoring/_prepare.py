@@ -136,6 +136,9 @@ def _write_y(
         sset.create_y(c, m, p, tb)
         for t0 in range(0, m, tb):
             xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
-            sset.write_y(c, t0, (xt.double() @ kinv).float().cpu().numpy())
+            y = xt.double() @ kinv
+            if kinv_scaling == "per_target":
+                y = factor.per_target(y)
+            sset.write_y(c, t0, y.float().cpu().numpy())
         sset.commit_y(c)
         del kinv

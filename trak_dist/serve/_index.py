@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.scoring import TopK, parse_lambda
+from trak_dist.scoring import Factorization, TopK, parse_lambda
 from trak_dist.serve._index_build import READ_ROWS, fill, mapped, stored_factor
 from trak_dist.store import FeatureStore
 
@@ -74,8 +74,11 @@ class AttributionIndex:
         device: torch.device | str = "cpu",
         chunk_rows: int = 65536,
         threads: int = 1,
+        per_target: Sequence[Factorization] | None = None,
     ) -> None:
         self.x = x
+        # kinv_scaling=per_target: each checkpoint's factor scales its target rows
+        self.per_target = None if per_target is None else list(per_target)
         self.device = torch.device(device)
         self.qsum = qsum.to(self.device, torch.float32)
         self.kinvs = [k.to(self.device, torch.float64) for k in kinvs]
@@ -151,12 +154,13 @@ class AttributionIndex:
                 )
             rows.append(rs)
         store.check_same_items(list(zip(ids, rows, strict=True)), "train")
-        kinvs, lambdas = [], []
+        kinvs, lambdas, factors = [], [], []
         for c in ids:
             factor = stored_factor(store, c, p)
             lam_c = factor.resolve_lambda(lam, f"model_id={c}")
             kinvs.append(torch.as_tensor(factor.kinv(lam_c, kinv_scaling, f"model_id={c}")))
             lambdas.append(lam_c)
+            factors.append(factor)
         n = spec.train_size
         qsum = torch.zeros(n, dtype=torch.float32)
         for rs in rows:
@@ -169,7 +173,10 @@ class AttributionIndex:
         else:
             key = {"store": str(store.where), "spec": spec.to_json(), "ids": ids, "p": p}
             x = mapped(Path(mmap_dir), key, dtype, (n, width), rows, p)
-        return cls(x, qsum, kinvs, lambdas, block_rows, device, threads=threads)
+        per_target = factors if kinv_scaling == "per_target" else None
+        return cls(
+            x, qsum, kinvs, lambdas, block_rows, device, threads=threads, per_target=per_target
+        )
 
     def target_side(self, xt: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
         """``[m, C·p]`` float32 Y: per checkpoint ``float32(float64(x_tc) K_c⁻¹)``, the
@@ -181,10 +188,12 @@ class AttributionIndex:
         if len(xt) != self.num_checkpoints:
             raise ConfigError(f"{len(xt)} target row sets for {self.num_checkpoints} checkpoints.")
         ys = [
-            (torch.as_tensor(x, device=self.device).double()[:, : self.proj_dim] @ k).float()
+            torch.as_tensor(x, device=self.device).double()[:, : self.proj_dim] @ k
             for x, k in zip(xt, self.kinvs, strict=True)
         ]
-        return torch.cat(ys, dim=1)
+        if self.per_target is not None:
+            ys = [f.per_target(y) for f, y in zip(self.per_target, ys, strict=True)]
+        return torch.cat([y.float() for y in ys], dim=1)
 
     def _rows(self, r0: int, r1: int) -> torch.Tensor:
         """Train rows ``[r0, r1)`` of X as float32 on the index's device: a view when X is a

@@ -39,10 +39,11 @@ __all__ = ["TOPK_ARRAYS", "ScoreSet", "is_leftover", "variant_name"]
 
 def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "mean_abs") -> str:
     """``p512_lambda0.01`` or ``p512_lambdaauto``: the key of a scoring variant (``_rawkinv``
-    appended without scaling)."""
+    appended without scaling, ``_pertarget`` with ``per_target``)."""
     lam = lambda_reg if isinstance(lambda_reg, str) else f"{lambda_reg:g}"
     name = f"p{proj_dim}_lambda{lam}"
-    return name if kinv_scaling == "mean_abs" else f"{name}_rawkinv"
+    suffix = {"mean_abs": "", "per_target": "_pertarget"}.get(kinv_scaling, "_rawkinv")
+    return name + suffix
 
 
 class ScoreSet:
