@@ -33,7 +33,12 @@ AUTO_C = 1.25
 WEIGHTS = ("mean |K⁻¹|", "‖S‖_F", "per target", "raw", "per target, by K")
 
 
-def per_checkpoint(cv: _lm_score.Curv, grid: np.ndarray) -> dict[str, list[np.ndarray]]:
+def per_checkpoint(
+    cv: _lm_score.Curv, grid: np.ndarray, p: int | None = None
+) -> dict[str, list[np.ndarray]]:
+    """Scores per c of ``grid`` under every weighting, at the first ``p`` columns."""
+    if p is not None:
+        cv = _lm_score.Curv(cv.X[:, :p], cv.T[:, :p], cv.K[:p, :p], cv.rank)
     e, v = np.linalg.eigh(cv.K)
     e = np.clip(e, 0, None)
     unit = e.sum() / min(cv.rank, len(e))
@@ -52,11 +57,30 @@ def per_checkpoint(cv: _lm_score.Curv, grid: np.ndarray) -> dict[str, list[np.nd
     return out
 
 
+def add_curves(root: Path, name: str, cvs: list, metric, grid: np.ndarray) -> None:
+    """``<name>|pertarget|<p>|last`` and ``|mean`` into ``root/pipeline_curves.npz``."""
+    path = root / "pipeline_curves.npz"
+    curves = dict(np.load(path)) if path.exists() else {}
+    for p in (512, 1024, 2048):
+        per = [per_checkpoint(cv, grid, p)["per target, by K"] for cv in cvs]
+        n = len(grid)
+        curves[f"{name}|pertarget|{p}|last"] = np.array([metric(per[-1][i]) for i in range(n)])
+        mean = [metric(np.mean([pc[i] for pc in per], 0)) for i in range(n)]
+        curves[f"{name}|pertarget|{p}|mean"] = np.array(mean)
+    np.savez(path, **curves)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.lm_ckpt_weights", description=__doc__)
     ap.add_argument("--only", default="syn_llama,text_gpt2,text_gpt2_prompt,facts")
     ap.add_argument("--models", type=int, default=60)
     ap.add_argument("--out", type=Path, default=Path(".lds_bench/lm"))
+    ap.add_argument(
+        "--curves",
+        action="store_true",
+        help="also add the per_target curves (p 512/1024/2048, last and mean) to each "
+        "benchmark's pipeline_curves.npz as variant 'pertarget' (lambda_lobo --pipeline pertarget)",
+    )
     a = ap.parse_args()
     grid = _lm_score.GRID
     rows = []
@@ -69,10 +93,10 @@ def main() -> None:
             def metric(s: np.ndarray, m: np.ndarray = masks, y: np.ndarray = outputs) -> float:
                 return _lm_score.lds(s, m, y)
 
-        per = [
-            per_checkpoint(cv, grid)
-            for cv in stored_curvatures(a.out / name / "pipeline_fisher.zarr")
-        ]
+        cvs = stored_curvatures(a.out / name / "pipeline_fisher.zarr")
+        if a.curves:
+            add_curves(a.out / name, name, cvs, metric, grid)
+        per = [per_checkpoint(cv, grid) for cv in cvs]
         last = np.array([metric(s) for s in per[-1]["raw"]])
         for w in WEIGHTS:
             mean = np.array(
