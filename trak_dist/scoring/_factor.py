@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,13 +99,19 @@ class Factorization:
             kinv = kinv / np.abs(kinv).mean()
         return kinv
 
-    def per_target(self, y: torch.Tensor) -> torch.Tensor:
-        """``y`` ``[m, p]`` (rows K⁻¹ x_t) with each row divided by √(yᵀ XᵀX y), the norm of the
-        target's column of this checkpoint's scores X y (a row with norm 0 stays 0)."""
-        v = torch.as_tensor(self.eigenvectors, dtype=y.dtype, device=y.device)
-        e = torch.as_tensor(np.clip(self.eigenvalues, 0, None), dtype=y.dtype, device=y.device)
-        norm = ((y @ v) ** 2 @ e).sqrt()
-        return y / torch.where(norm > 0, norm, torch.ones_like(norm))[:, None]
+    def per_target(self, device: torch.device | str) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The scaling of ``kinv_scaling=per_target``: ``y`` ``[m, p]`` float64 (rows K⁻¹ x_t)
+        with each row divided by √(yᵀ XᵀX y), the norm of the target's column of this
+        checkpoint's scores X y (a row with norm 0 stays 0). The factor goes to ``device`` once,
+        here, not per target block or per query."""
+        v = torch.as_tensor(self.eigenvectors, dtype=torch.float64, device=device)
+        e = torch.as_tensor(np.clip(self.eigenvalues, 0, None), dtype=torch.float64, device=device)
+
+        def scale(y: torch.Tensor) -> torch.Tensor:
+            norm = ((y @ v) ** 2 @ e).sqrt()
+            return y / torch.where(norm > 0, norm, torch.ones_like(norm))[:, None]
+
+        return scale
 
     def check_conditioning(self, lambda_reg: float, context: str = "") -> float:
         """The condition number of XᵀX + λI; raises when it is numerically singular."""

@@ -133,12 +133,11 @@ def _write_y(
         factor: Factorization = ensure_factor(store, c, p, device)
         kinv = torch.as_tensor(factor.kinv(lam, kinv_scaling, f"model_id={c}"), device=device)
         ts = store.target_rows(exp, c)
+        scale = factor.per_target(device) if kinv_scaling == "per_target" else None
         sset.create_y(c, m, p, tb)
         for t0 in range(0, m, tb):
             xt = torch.as_tensor(ts.read(t0, min(m, t0 + tb), p), device=device)
             y = xt.double() @ kinv
-            if kinv_scaling == "per_target":
-                y = factor.per_target(y)
-            sset.write_y(c, t0, y.float().cpu().numpy())
+            sset.write_y(c, t0, (y if scale is None else scale(y)).float().cpu().numpy())
         sset.commit_y(c)
         del kinv

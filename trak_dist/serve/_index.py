@@ -77,9 +77,12 @@ class AttributionIndex:
         per_target: Sequence[Factorization] | None = None,
     ) -> None:
         self.x = x
-        # kinv_scaling=per_target: each checkpoint's factor scales its target rows
-        self.per_target = None if per_target is None else list(per_target)
         self.device = torch.device(device)
+        # kinv_scaling=per_target: each checkpoint's factor scales its target rows (on the
+        # index's device once, not per query)
+        self.per_target = (
+            None if per_target is None else [f.per_target(self.device) for f in per_target]
+        )
         self.qsum = qsum.to(self.device, torch.float32)
         self.kinvs = [k.to(self.device, torch.float64) for k in kinvs]
         self.lambdas = list(lambdas)
@@ -192,7 +195,7 @@ class AttributionIndex:
             for x, k in zip(xt, self.kinvs, strict=True)
         ]
         if self.per_target is not None:
-            ys = [f.per_target(y) for f, y in zip(self.per_target, ys, strict=True)]
+            ys = [scale(y) for scale, y in zip(self.per_target, ys, strict=True)]
         return torch.cat([y.float() for y in ys], dim=1)
 
     def _rows(self, r0: int, r1: int) -> torch.Tensor:
