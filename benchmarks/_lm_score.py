@@ -49,6 +49,11 @@ def lds(scores: np.ndarray, masks: np.ndarray, outputs: np.ndarray) -> float:
     return float(np.nanmean(spearman(masks.astype(np.float64) @ scores, outputs)))
 
 
+def lds_metric(masks: np.ndarray, outputs: np.ndarray) -> Callable[[np.ndarray], float]:
+    """``lds`` against these subset models, as ``curve``'s ``metric``."""
+    return lambda scores: lds(scores, masks, outputs)
+
+
 def curve(
     ckpts: list[Curv], p: int, metric: Callable[[np.ndarray], float], grid: np.ndarray = GRID
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -66,25 +66,30 @@ def concat_rows(bench: LMBench, state: dict, model_id: int, p: int, sized: bool 
     for key, task, ids, labels in (
         ("X", resolve_task("causal_lm"), c.train, c.train_labels()),
         ("T", resolve_task("causal_lm"), c.targets, c.target_labels),
-        ("G", _lm_curvature.SampledLM(torch.Generator().manual_seed(model_id)), c.train, None),
+        (
+            "G",
+            _lm_curvature.SampledLM(torch.Generator().manual_seed(model_id)),
+            c.train,
+            c.train_labels(),
+        ),
     ):
         comp = HookGradientComputer(model, task)
         views = kronecker_views(model, comp.layout)
         kind = SizedConcat if sized else KroneckerProjector
         proj = kind(comp.layout.grad_dim, p, 0, views, share="concat")
         scale = math.sqrt(comp.layout.grad_dim)
-        labels = c.train_labels() if labels is None else labels
         rows = []
         for batch in _lm_curvature._batches(ids, labels, 16):
             acc = torch.zeros(batch["input_ids"].shape[0], p)
             comp.stream(batch, lambda bl, acc=acc, pr=proj: acc.add_(pr.project(bl, model_id)))
             rows.append(acc / scale)
         out[key] = torch.cat(rows).double().numpy()
-        owner = np.zeros(p, np.int64)
-        for i in range(len(views)):
-            c0, c1 = proj._columns_of(i)
-            owner[c0:c1] = i
-        out["owner"] = owner
+    # every pass has the same parameters, so the same columns: the last projector's say whose
+    owner = np.zeros(p, np.int64)
+    for i in range(len(proj.views)):
+        c0, c1 = proj._columns_of(i)
+        owner[c0:c1] = i
+    out["owner"] = owner
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -140,10 +145,7 @@ def main() -> None:
     for name in a.only.split(","):
         bench, root = BENCHES[name], a.out / name
         states = _lm_truth.checkpoints(name, a.out)
-        masks, outputs = _lm_truth.truth(name, a.out, a.models)
-
-        def metric(s: np.ndarray, m: np.ndarray = masks, y: np.ndarray = outputs) -> float:
-            return _lm_score.lds(s, m, y)
+        metric = _lm_score.lds_metric(*_lm_truth.truth(name, a.out, a.models))
 
         n = len(bench.corpus().train)
         zs = []

@@ -57,12 +57,17 @@ def per_checkpoint(
     return out
 
 
-def add_curves(root: Path, name: str, cvs: list, metric, grid: np.ndarray) -> None:
-    """``<name>|pertarget|<p>|last`` and ``|mean`` into ``root/pipeline_curves.npz``."""
+def add_curves(
+    root: Path, name: str, cvs: list, metric, grid: np.ndarray, full: list[dict]
+) -> None:
+    """``<name>|pertarget|<p>|last`` and ``|mean`` into ``root/pipeline_curves.npz``; ``full``:
+    ``per_checkpoint`` of ``cvs`` at the stored width, already computed."""
     path = root / "pipeline_curves.npz"
     curves = dict(np.load(path)) if path.exists() else {}
+    width = cvs[0].X.shape[1]
     for p in (512, 1024, 2048):
-        per = [per_checkpoint(cv, grid, p)["per target, by K"] for cv in cvs]
+        at_p = full if p == width else [per_checkpoint(cv, grid, p) for cv in cvs]
+        per = [pc["per target, by K"] for pc in at_p]
         n = len(grid)
         curves[f"{name}|pertarget|{p}|last"] = np.array([metric(per[-1][i]) for i in range(n)])
         mean = [metric(np.mean([pc[i] for pc in per], 0)) for i in range(n)]
@@ -88,15 +93,12 @@ def main() -> None:
         if name == "facts":
             metric = FactsBench(a.out).mrr
         else:
-            masks, outputs = cached_truth(name, a.out, a.models)
-
-            def metric(s: np.ndarray, m: np.ndarray = masks, y: np.ndarray = outputs) -> float:
-                return _lm_score.lds(s, m, y)
+            metric = _lm_score.lds_metric(*cached_truth(name, a.out, a.models))
 
         cvs = stored_curvatures(a.out / name / "pipeline_fisher.zarr")
-        if a.curves:
-            add_curves(a.out / name, name, cvs, metric, grid)
         per = [per_checkpoint(cv, grid) for cv in cvs]
+        if a.curves:
+            add_curves(a.out / name, name, cvs, metric, grid, per)
         last = np.array([metric(s) for s in per[-1]["raw"]])
         for w in WEIGHTS:
             mean = np.array(

@@ -49,10 +49,7 @@ def main() -> None:
     for name in a.only.split(","):
         bench, root = BENCHES[name], a.out / name
         states = _lm_truth.checkpoints(name, a.out)
-        masks, outputs = _lm_truth.truth(name, a.out, a.models)
-
-        def metric(s: np.ndarray, m: np.ndarray = masks, y: np.ndarray = outputs) -> float:
-            return _lm_score.lds(s, m, y)
+        metric = _lm_score.lds_metric(*_lm_truth.truth(name, a.out, a.models))
 
         s512, _ = trak_dense(bench, states, root, 512)
         rows.append([name, "trak_dist default: dense, λ auto", 512, "-", f"{metric(s512):.3f}"])

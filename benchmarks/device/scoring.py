@@ -147,6 +147,9 @@ def breakdown(s: Section, store: FeatureStore, n: int, m: int, p: int, rows: int
     timed("addmm alone (no sync per block)", lambda: products(False))
     timed("addmm + the finite check (a sync per block)", lambda: products(True))
 
+    best: dict = {}
+    worst: dict = {}
+
     def merges() -> None:
         for i, x in enumerate(xs):
             for j, c0 in enumerate(range(0, m, cb)):
@@ -154,8 +157,6 @@ def breakdown(s: Section, store: FeatureStore, n: int, m: int, p: int, rows: int
                 best[j] = merge_above(best.get(j), block, spans[i][0], k, largest=True)
                 worst[j] = merge_above(worst.get(j), block, spans[i][0], k, largest=False)
 
-    best: dict = {}
-    worst: dict = {}
     timed("addmm + both top-k merges", merges)
     s.write(f"\nWhere a block's time goes ({rows} rows timed, scaled to n = {n}):")
     s.table(["part", "seconds at n"], [[name, sec] for name, sec in parts.items()])
