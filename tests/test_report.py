@@ -74,7 +74,7 @@ def test_report_shows_lambda_per_checkpoint_and_label_agreement(scored):
     assert fixed["lambdas"] == [0.5, 0.5] and fixed["lambda_reg"] == 0.5
     text = to_markdown(summary)
     per = ", ".join(f"{x:.3g}" for x in auto["lambdas"])
-    assert f"- λ: auto (1.25 × tr(XᵀX) / min(n, p)); per checkpoint: {per}" in text
+    assert f"- λ: auto (1.25 × tr(K) / min(r, p)); per checkpoint: {per}" in text
     assert "- λ: 0.5 (fixed)" in text
     assert "LDS: not measured; `trak-dist eval`" in text
     # agreement: share of each target's top-4 proponents with its label (independently here)

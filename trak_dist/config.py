@@ -252,7 +252,7 @@ class ClusterConfig:
 class JobConfig:
     """A whole trak_dist job. ``proj_dim`` and ``lambda_reg`` are the sweep axes; ``report`` is
     the file stem of the run report (``.md`` and ``.json``), None for none. ``lambda_reg`` is a
-    number ≥ 0 (traker's absolute λ) or ``"auto"`` (per checkpoint from XᵀX's spectrum, see
+    number ≥ 0 (traker's absolute λ) or ``"auto"`` (per checkpoint from K's spectrum, see
     ``trak_dist.scoring.auto_lambda``)."""
 
     proj_dim: Any = AUTO

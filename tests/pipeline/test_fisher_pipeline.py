@@ -28,8 +28,8 @@ from trak_dist.config import (
 from trak_dist.errors import StoreMismatchError
 from trak_dist.examples import tiny_lm
 from trak_dist.pipeline import Reducer, Worker, prepare
-from trak_dist.scoring import gram
-from trak_dist.store import FeatureStore
+from trak_dist.scoring import AUTO_SCALE, gram
+from trak_dist.store import FeatureStore, variant_name
 
 N, P, CHUNK = 16, 32, 8
 
@@ -94,6 +94,12 @@ def test_fisher_k_is_the_gram_of_stored_g_in_any_split_and_scores(tmp_path, lm_c
         np.testing.assert_allclose(k, gram(g), rtol=1e-12, atol=1e-12 * np.abs(k).max())
         assert np.abs(g - x).max() > 0.1 * np.abs(x).max()  # G is not X
     assert result.scores is not None
+    # λ auto: 1.25 · tr(GᵀG) / p, the token-level Fisher's rank bound (here p = 32 > n = 16
+    # documents of many tokens each), not / min(n, p) as for XᵀX
+    sset = store.score_set("targets", variant_name(P, "auto"))
+    assert sset is not None and P > N
+    want = [AUTO_SCALE * float((g.astype(np.float64) ** 2).sum()) / P for g in ga]
+    np.testing.assert_allclose(sset.attrs["lambdas"], want, rtol=1e-6)
     # one train shard of two chunks instead of two shards, micro-batches of 3 rows (3, 3, 2 a
     # chunk) instead of 4, the shards in reverse (targets first): the same X, G and K
     b = lm_job(tmp_path / "b.zarr", ckpts, shard_rows=N, micro_batch=3)

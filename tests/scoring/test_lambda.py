@@ -16,8 +16,9 @@ from trak_dist.scoring import (
     compute_scores,
     gram,
     parse_lambda,
+    rank_bound,
 )
-from trak_dist.store import variant_name
+from trak_dist.store import FeatureSpec, variant_name
 
 
 def rule_from_rows(x: np.ndarray) -> float:
@@ -38,6 +39,34 @@ def test_auto_lambda_is_the_rule_on_the_spectrum(n, p):
     # it moves with the spectrum's scale: λ of 10·X is 100·λ of X
     assert auto_lambda(100 * f.eigenvalues, n) == pytest.approx(100 * lam, rel=1e-12)
     assert f.resolve_lambda(0.25) == 0.25
+
+
+@pytest.mark.parametrize(
+    ("curvature", "task", "bound"),
+    [
+        ("xtx", "trak_dist.tasks:CausalLM", 300),  # XᵀX: one outer product per train row
+        ("fisher", "trak_dist.tasks:CausalLM", 2048),  # a causal LM's Fisher: its tokens ≥ p
+        ("fisher", "trak_dist.tasks:ImageClassification", 300),  # one drawn label per row
+    ],
+)
+def test_auto_divides_by_the_outer_products_k_sums(curvature, task, bound):
+    spec = FeatureSpec(
+        proj_dim=2048,
+        projection="kronecker",
+        seed=0,
+        grad_wrt=None,
+        model_output=task,
+        grad_dim=10**6,
+        train_size=300,
+        dataset_fingerprint="f",
+        curvature=curvature,
+    )
+    assert rank_bound(spec) == bound
+    # at a prefix p' = 512 of the store: tr / 512 for the causal LM's Fisher, tr / 300 otherwise
+    e = np.linspace(0.0, 2.0, 512)
+    assert auto_lambda(e, rank_bound(spec)) == pytest.approx(
+        AUTO_SCALE * e.sum() / min(bound, 512), rel=1e-12
+    )
 
 
 def test_auto_is_never_singular_where_zero_is():

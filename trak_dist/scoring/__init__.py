@@ -11,6 +11,7 @@ from trak_dist.scoring._lambda import (
     auto_lambda,
     auto_rule,
     parse_lambda,
+    rank_bound,
     resolve_best,
 )
 from trak_dist.scoring._plan import BlockResult, BlockTask, ScorePlan
@@ -41,6 +42,7 @@ __all__ = [
     "ensure_factor",
     "gram",
     "parse_lambda",
+    "rank_bound",
     "resolve_best",
     "score_step",
     "xtx_from_rows",

@@ -8,6 +8,7 @@ import torch
 
 from trak_dist.errors import StoreStateError
 from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.scoring._lambda import rank_bound
 from trak_dist.store import FeatureStore, RowSet
 
 
@@ -26,7 +27,7 @@ def ensure_factor(
     store: FeatureStore, model_id: int, proj_dim: int, device: torch.device | str = "cpu"
 ) -> Factorization:
     """The factorisation of XᵀX[:p, :p] for ``model_id``: read from the store or computed once."""
-    n = store.spec.train_size
+    n = rank_bound(store.spec)
     cached = store.read_factor(model_id, proj_dim)
     if cached is not None:
         return Factorization(cached[0], cached[1], n)

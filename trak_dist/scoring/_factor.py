@@ -46,22 +46,24 @@ def check_lambda(lambda_reg: float) -> None:
 
 @dataclass(frozen=True)
 class Factorization:
-    """Eigendecomposition XᵀX = V diag(e) Vᵀ; (XᵀX + λI)⁻¹ = V diag(1/(e+λ)) Vᵀ for any λ."""
+    """Eigendecomposition XᵀX = V diag(e) Vᵀ; (XᵀX + λI)⁻¹ = V diag(1/(e+λ)) Vᵀ for any λ.
+    ``rank_bound``: how many outer products XᵀX sums (``scoring.rank_bound``: the train rows, or
+    a causal LM Fisher's tokens), which ``auto`` divides its trace by."""
 
     eigenvalues: np.ndarray
     eigenvectors: np.ndarray
-    train_size: int
+    rank_bound: int
 
     @classmethod
     def of(
-        cls, xtx: np.ndarray, train_size: int, device: torch.device | str = "cpu", context: str = ""
+        cls, xtx: np.ndarray, rank_bound: int, device: torch.device | str = "cpu", context: str = ""
     ) -> Factorization:
         """Raises NonFiniteError for an XᵀX with NaN/inf entries (``context`` names it)."""
         if not np.isfinite(xtx).all():
             raise NonFiniteError(_damaged(context))
         t = torch.as_tensor(xtx, dtype=torch.float64, device=device)
         evals, evecs = torch.linalg.eigh((t + t.T) / 2)
-        return cls(evals.cpu().numpy(), evecs.cpu().numpy(), train_size)
+        return cls(evals.cpu().numpy(), evecs.cpu().numpy(), rank_bound)
 
     @property
     def proj_dim(self) -> int:
@@ -72,7 +74,7 @@ class Factorization:
         (NonFiniteError for NaN/inf ones, which ``auto_lambda`` would turn into λ = 1)."""
         self.check_finite(context)
         if lambda_reg == AUTO:
-            return auto_lambda(self.eigenvalues, self.train_size)
+            return auto_lambda(self.eigenvalues, self.rank_bound)
         if lambda_reg == BEST:  # needs the store's record: scoring.resolve_best
             raise ConfigError(
                 "lambda_reg=best must be resolved against a store's recorded best λ first "
@@ -119,12 +121,13 @@ class Factorization:
         e = self.eigenvalues + lambda_reg
         top = float(e.max())
         low = float(e.min())
-        p, n = self.proj_dim, self.train_size
+        p, n = self.proj_dim, self.rank_bound
         tol = max(top, np.finfo(np.float64).tiny) * p * np.finfo(np.float64).eps
         where = f" ({context})" if context else ""
         if top <= 0 or low <= tol:
             rank_hint = (
-                f" With n={n} train examples and proj_dim={p}, XᵀX has rank ≤ {min(n, p)}"
+                f" As a sum of n={n} outer products (train rows) at proj_dim={p}, XᵀX has rank ≤ "
+                f"{min(n, p)}"
                 f"{' < proj_dim' if n < p else ''}."
             )
             raise IllConditionedError(

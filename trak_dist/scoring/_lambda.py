@@ -3,14 +3,21 @@
 its subset models, ``EvalSet.best_lambdas``: never a silent fallback, no record is an error
 that says what to run).
 
-``auto``: λ = AUTO_SCALE · tr(XᵀX) / min(n, p), AUTO_SCALE times the mean eigenvalue of XᵀX
-over its at most min(n, p) non-zero ones, per checkpoint, whatever the gradients' units (λ = 1
-for XᵀX = 0). Chosen by LDS against subset models on six benchmarks (``benchmarks.lds_rules``:
-the digits MLP, CNN and transformer, two Hugging Face BERT classifiers and a GPT-2 causal LM;
-p < n and p ≥ n; 1 and 3+ checkpoints; 30 curves): worst case 0.960 of each curve's best LDS,
-≥ 0.95 for constants 1.12 … 1.41. The previous rule, 0.007 · the largest eigenvalue, fell to
-0.844 on the causal LM (whose best λ is 7–17 × larger) and no constant of it reaches 0.95 on
-all six; Bergson's 0.1 · mean eigenvalue reaches 0.63 (benchmarks/RESULTS.md)."""
+``auto``: λ = AUTO_SCALE · tr(K) / min(r, p), AUTO_SCALE times the mean eigenvalue of K over
+its at most min(r, p) non-zero ones, per checkpoint, whatever the gradients' units (λ = 1 for
+K = 0). r (``rank_bound``) is how many outer products K estimates: the n train rows for XᵀX and
+for a classifier's sampled-label Fisher (one label per row); for a causal LM's sampled-label
+Fisher one per counted token, taken as ≥ p. Its rows G sum a document's tokens, but the sampled
+labels' cross-token terms have mean 0, so E[GᵀG] is the token-level Fisher, whose rank is
+min(tokens, p), not n (a train set of fewer than p tokens in all gets a λ too small by
+tokens / p). Chosen by LDS against subset models: over six benchmarks of XᵀX (the digits MLP,
+CNN and transformer, two Hugging Face BERT classifiers and a GPT-2 causal LM; p < n and p ≥ n; 1
+and 3+ checkpoints; 30 curves) worst case 0.960 of each curve's best LDS, ≥ 0.95 for constants
+1.12 … 1.41; over eight benchmarks of two kinds (the digits networks and five causal-LM
+benchmarks with the Fisher, LDS and fact retrieval) worst 0.957, leave-one-benchmark-out 0.954
+(with r = n for the Fisher too: 0.928 and 0.937). The previous rule, 0.007 · the largest
+eigenvalue, fell to 0.844 on the causal LM and no constant of it reaches 0.95 on all six;
+Bergson's 0.1 · mean eigenvalue reaches 0.63 (benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureSpec, FeatureStore
+from trak_dist.tasks import is_causal_lm
 
 AUTO = "auto"
 BEST = "best"
@@ -58,19 +66,28 @@ def parse_lambda(value: Any, what: str = "lambda_reg") -> LambdaReg:
     return number
 
 
-def auto_lambda(eigenvalues: np.ndarray, train_size: int) -> float:
-    """The ``auto`` λ for XᵀX with ``eigenvalues`` ``[p]`` (tiny negative ones, eigh's
-    rounding, count as 0) of ``train_size`` train rows."""
-    rank = min(int(train_size), int(np.size(eigenvalues)))
+def auto_lambda(eigenvalues: np.ndarray, rank_bound: int) -> float:
+    """The ``auto`` λ for K with ``eigenvalues`` ``[p]`` (tiny negative ones, eigh's rounding,
+    count as 0), the sum of ``rank_bound`` outer products (:func:`rank_bound`)."""
+    rank = min(int(rank_bound), int(np.size(eigenvalues)))
     if rank == 0:
         return 1.0
     lam = AUTO_SCALE * float(np.clip(eigenvalues, 0.0, None).sum()) / rank
     return lam if math.isfinite(lam) and lam > 0 else 1.0
 
 
+def rank_bound(spec: FeatureSpec) -> int:
+    """How many outer products the store's K estimates (its rank is at most this): n train
+    rows, or for a causal LM's sampled-label Fisher one per token, taken as ≥ p (module
+    docstring)."""
+    if spec.curvature == "fisher" and is_causal_lm(spec.model_output):
+        return max(spec.train_size, spec.proj_dim)
+    return spec.train_size
+
+
 def auto_rule() -> str:
     """The rule, as recorded next to scores computed with it."""
-    return f"{AUTO_SCALE:g} × tr(XᵀX) / min(n, p)"
+    return f"{AUTO_SCALE:g} × tr(K) / min(r, p)"
 
 
 def lambda_label(lambda_reg: LambdaReg) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import StoreStateError
-from trak_dist.scoring import Factorization, ensure_factor
+from trak_dist.scoring import Factorization, ensure_factor, rank_bound
 from trak_dist.store import FeatureStore, RowSet
 
 READ_ROWS = 16384  # rows read from the store at a time while the index is built
@@ -28,7 +28,7 @@ def stored_factor(store: FeatureStore, model_id: int, p: int) -> Factorization:
             f"model_id={model_id} has no XᵀX in {store.where}: its train features are not "
             "finalised. Run the batch job (`trak-dist` with the same overrides) first."
         )
-    return Factorization.of(xtx[:p, :p], store.spec.train_size, "cpu", f"model_id={model_id}")
+    return Factorization.of(xtx[:p, :p], rank_bound(store.spec), "cpu", f"model_id={model_id}")
 
 
 def fill(x: torch.Tensor | np.ndarray, rows: Sequence[RowSet], p: int) -> None:
