@@ -1,11 +1,15 @@
-"""Leave-one-benchmark-out for the λ rule λ = c · tr(K) / min(rank(K), p) (issue 29, item 3).
+"""Leave-one-benchmark-out for the λ rule λ = c · tr(K) / min(r, p) (issue 29, item 3), r the
+number of outer products K estimates (``trak_dist.scoring.rank_bound``: n train rows, or a causal
+LM Fisher's tokens, ≥ p).
 
-    python -m benchmarks.lambda_lobo      # after benchmarks.lds_rules and benchmarks.lm_quality
+    python -m benchmarks.lambda_lobo      # after benchmarks.lds_rules, lm_pipeline, lm_quality
 
-Curves (quality against c, each on its own benchmark, p and checkpoint count) come from two
+Curves (quality against c, each on its own benchmark, p and checkpoint count) come from three
 caches: ``benchmarks.lds_rules --out .lds_bench/rules`` (the digits MLP, CNN and transformer,
 the tiny GPT-2 ``lm``, the BERTs where run: LDS over λ / mean eigenvalue, converted here to c
-with each checkpoint's spectrum) and ``benchmarks.lm_quality --out .lds_bench/lm``
+with each checkpoint's spectrum; all of them XᵀX, r = n), ``benchmarks.lm_pipeline --out
+.lds_bench/lm`` (``<benchmark>/pipeline_curves.npz``, in the rule's own units) and
+``benchmarks.lm_quality --out .lds_bench/lm``
 (``<benchmark>/curves.npz``: the LM benchmarks' LDS and the planted facts' MRR over c, per
 curvature, p and checkpoints). For a curvature family, every benchmark in turn is held out: c
 is chosen to maximise the worst fraction of each curve's best over the *other* benchmarks, and

@@ -11,10 +11,11 @@ Per benchmark, two stores written by ``run_pipeline`` on the in-process executor
   (K = GᵀG), scored at p ∈ {512, 1024, 2048} (prefix property) with λ auto.
 
 The pipeline's own scores (mean over the checkpoints) give "mean: λ auto"; the last checkpoint
-and the λ curves (c · tr(K) / min(n, p) on ``_lm_score.GRID``, saved for
-``benchmarks.lambda_lobo``) are computed from the stored X, targets and K by ``_lm_score`` (the
-same formula; its value at c = 1.25 is checked against the pipeline's). Featurisation cost:
-CPU seconds of the train shards (``ShardResult.cpu_seconds``), both stores side by side.
+and the λ curves (c · tr(K) / min(r, p), r = ``scoring.rank_bound``, on ``_lm_score.GRID``,
+saved for ``benchmarks.lambda_lobo``) are computed from the stored X, targets and K by
+``_lm_score`` (the same formula; its value at c = 1.25 is checked against the pipeline's).
+Featurisation cost: CPU seconds of the train shards (``ShardResult.cpu_seconds``), both stores
+side by side.
 Subset models are only read here (``_lm_truth`` trains them); a benchmark with fewer cached
 models than ``--models`` uses those it has.
 """
@@ -44,6 +45,7 @@ from trak_dist.config import (
     TaskConfig,
 )
 from trak_dist.pipeline import InProcessExecutor, run_pipeline
+from trak_dist.scoring import rank_bound
 from trak_dist.store import FeatureStore, subset_mask, variant_name
 
 PS = (512, 1024, 2048)
@@ -78,7 +80,12 @@ def cached_truth(name: str, root: Path, models: int) -> tuple[np.ndarray, np.nda
 
 
 def job(
-    bench: LMBench | FactsBench, ckpts: list[Path], store: Path, variant: str, micro_batch: int = 64
+    bench: LMBench | FactsBench,
+    ckpts: list[Path],
+    store: Path,
+    variant: str,
+    micro_batch: int = 64,
+    overwrite: bool = True,
 ) -> JobConfig:
     c = bench.corpus()
     fisher = variant == "fisher"
@@ -96,7 +103,7 @@ def job(
         featurize=FeaturizeConfig(
             micro_batch=micro_batch, curvature="fisher" if fisher else "xtx", device="cpu"
         ),
-        store=StoreConfig(path=str(store), overwrite=True),
+        store=StoreConfig(path=str(store), overwrite=overwrite),
         cluster=ClusterConfig(num_workers=1),
         progress=False,
         report=None,
@@ -104,11 +111,16 @@ def job(
 
 
 def run_store(bench: LMBench | FactsBench, ckpts: list[Path], root: Path, variant: str) -> dict:
-    """Featurise and score ``variant`` (cached: ``<variant>.json`` beside its store)."""
+    """Featurise and score ``variant`` (cached: ``<variant>.json`` beside its store; a cached
+    store is resumed, which featurises nothing and rescores only a variant whose λ or plan
+    changed, e.g. after a change of the auto rule)."""
     info_path = root / f"pipeline_{variant}.json"
-    if info_path.exists():
-        return json.loads(info_path.read_text())
     store = root / f"pipeline_{variant}.zarr"
+    ps = PS if variant == "fisher" else (512,)
+    if info_path.exists():
+        cfg = job(bench, ckpts, store, variant, overwrite=False)
+        run_pipeline(cfg, InProcessExecutor(), [(p, "auto") for p in ps])
+        return json.loads(info_path.read_text())
     shutil.rmtree(store, ignore_errors=True)
     cfg = job(bench, ckpts, store, variant)
     cpu = {"train": 0.0, "target": 0.0}
@@ -116,7 +128,6 @@ def run_store(bench: LMBench | FactsBench, ckpts: list[Path], root: Path, varian
     def on_shard(result) -> None:  # type: ignore[no-untyped-def]
         cpu[result.task.kind] += result.cpu_seconds
 
-    ps = PS if variant == "fisher" else (512,)
     result = run_pipeline(cfg, InProcessExecutor(), [(p, "auto") for p in ps], on_shard)
     info = {"cpu": cpu, "phases": result.phases, "ps": list(ps)}
     info_path.write_text(json.dumps(info))
@@ -132,7 +143,8 @@ def stored_curvatures(store_path: Path) -> list[_lm_score.Curv]:
         ts = store.target_rows("targets", c)
         k = store.read_xtx(c)
         assert k is not None
-        out.append(_lm_score.Curv(x, ts.read(0, ts.n).astype(np.float64), k, n))
+        t = ts.read(0, ts.n).astype(np.float64)
+        out.append(_lm_score.Curv(x, t, k, rank_bound(store.spec)))
     return out
 
 
