@@ -125,10 +125,11 @@ class Factorization:
         tol = max(top, np.finfo(np.float64).tiny) * p * np.finfo(np.float64).eps
         where = f" ({context})" if context else ""
         if top <= 0 or low <= tol:
+            # a causal LM's Fisher (rank_bound ≥ p) gets no hint: its bound is not its rows
             rank_hint = (
-                f" As a sum of n={n} outer products (train rows) at proj_dim={p}, XᵀX has rank ≤ "
-                f"{min(n, p)}"
-                f"{' < proj_dim' if n < p else ''}."
+                f" With n={n} train examples and proj_dim={p}, XᵀX has rank ≤ {n} < proj_dim."
+                if n < p
+                else ""
             )
             raise IllConditionedError(
                 f"XᵀX + λI is singular{where}: smallest eigenvalue {low:.3g}, largest {top:.3g}, "
