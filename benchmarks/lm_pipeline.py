@@ -136,7 +136,7 @@ def run_store(bench: LMBench | FactsBench, ckpts: list[Path], root: Path, varian
 
 def stored_curvatures(store_path: Path) -> list[_lm_score.Curv]:
     store = FeatureStore.open(store_path, mode="r")
-    n = store.spec.train_size
+    n, rank = store.spec.train_size, rank_bound(store.spec)
     out = []
     for c in store.checkpoint_ids():
         x = store.train_rows(c).read(0, n).astype(np.float64)
@@ -144,7 +144,7 @@ def stored_curvatures(store_path: Path) -> list[_lm_score.Curv]:
         k = store.read_xtx(c)
         assert k is not None
         t = ts.read(0, ts.n).astype(np.float64)
-        out.append(_lm_score.Curv(x, t, k, rank_bound(store.spec)))
+        out.append(_lm_score.Curv(x, t, k, rank))
     return out
 
 

@@ -1,7 +1,7 @@
 """XᵀX, its factorisation, and block-wise scores: the settings (``ScoringConfig``), a
 scoring's plan, its blocks and their merge, and the score step every executor runs."""
 
-from trak_dist.scoring._ensure import ensure_factor, xtx_from_rows
+from trak_dist.scoring._ensure import cached_factor, ensure_factor, xtx_from_rows
 from trak_dist.scoring._factor import Factorization, gram
 from trak_dist.scoring._lambda import (
     AUTO,
@@ -37,6 +37,7 @@ __all__ = [
     "TopK",
     "auto_lambda",
     "auto_rule",
+    "cached_factor",
     "compute_scores",
     "discards",
     "ensure_factor",

@@ -23,20 +23,27 @@ def xtx_from_rows(
     return out
 
 
+def cached_factor(store: FeatureStore, model_id: int, proj_dim: int) -> Factorization | None:
+    """The factorisation of XᵀX[:p, :p] for ``model_id`` kept in the store (read once), or None."""
+    cached = store.read_factor(model_id, proj_dim)
+    return None if cached is None else Factorization(cached[0], cached[1], rank_bound(store.spec))
+
+
 def ensure_factor(
     store: FeatureStore, model_id: int, proj_dim: int, device: torch.device | str = "cpu"
 ) -> Factorization:
     """The factorisation of XᵀX[:p, :p] for ``model_id``: read from the store or computed once."""
-    n = rank_bound(store.spec)
-    cached = store.read_factor(model_id, proj_dim)
+    cached = cached_factor(store, model_id, proj_dim)
     if cached is not None:
-        return Factorization(cached[0], cached[1], n)
+        return cached
     xtx = store.read_xtx(model_id)
     if xtx is None:
         raise StoreStateError(
             f"model_id={model_id} has no XᵀX in {store.where}: its train features are not "
             "finalised. Run finalize_features (or the pipeline's featurise phase) first."
         )
-    factor = Factorization.of(xtx[:proj_dim, :proj_dim], n, device, f"model_id={model_id}")
+    factor = Factorization.of(
+        xtx[:proj_dim, :proj_dim], rank_bound(store.spec), device, f"model_id={model_id}"
+    )
     store.write_factor(model_id, proj_dim, factor.eigenvalues, factor.eigenvectors)
     return factor

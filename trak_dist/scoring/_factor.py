@@ -125,7 +125,7 @@ class Factorization:
         tol = max(top, np.finfo(np.float64).tiny) * p * np.finfo(np.float64).eps
         where = f" ({context})" if context else ""
         if top <= 0 or low <= tol:
-            # a causal LM's Fisher (rank_bound ≥ p) gets no hint: its bound is not its rows
+            # the rows bound the rank only below p; a causal LM Fisher's bound (its tokens) is ≥ p
             rank_hint = (
                 f" With n={n} train examples and proj_dim={p}, XᵀX has rank ≤ {n} < proj_dim."
                 if n < p

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import StoreStateError
-from trak_dist.scoring import Factorization, ensure_factor, rank_bound
+from trak_dist.scoring import Factorization, cached_factor, rank_bound
 from trak_dist.store import FeatureStore, RowSet
 
 READ_ROWS = 16384  # rows read from the store at a time while the index is built
@@ -20,8 +20,9 @@ READ_ROWS = 16384  # rows read from the store at a time while the index is built
 
 def stored_factor(store: FeatureStore, model_id: int, p: int) -> Factorization:
     """The stored factorisation (never written here: the service opens the store read-only)."""
-    if store.read_factor(model_id, p) is not None:
-        return ensure_factor(store, model_id, p)
+    cached = cached_factor(store, model_id, p)
+    if cached is not None:
+        return cached
     xtx = store.read_xtx(model_id)
     if xtx is None:
         raise StoreStateError(
