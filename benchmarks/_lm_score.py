@@ -25,9 +25,12 @@ class Curv:
     rank: int
 
 
-def _scores_over_grid(cv: Curv, p: int, grid: np.ndarray) -> list[np.ndarray]:
-    """``[n, m]`` per λ of the grid: X K_λ⁻¹ Tᵀ / mean|K_λ⁻¹| (trak_dist's mean_abs rescaling,
-    which sets the checkpoints' relative weight)."""
+def _scores_over_grid(
+    cv: Curv, p: int, grid: np.ndarray, scaling: str = "mean_abs"
+) -> list[np.ndarray]:
+    """``[n, m]`` per λ of the grid: X K_λ⁻¹ Tᵀ / mean|K_λ⁻¹| (trak_dist's ``mean_abs``
+    rescaling, which sets the checkpoints' relative weight) or, ``per_target``, each target's
+    column divided by √(y_tᵀ K y_t), y_t = K_λ⁻¹ t (``Factorization.per_target``)."""
     # float32 LAPACK: ~2× faster, and λ ≥ 10⁻³ · the mean eigenvalue hides its rounding
     e, v = (z.astype(np.float64) for z in np.linalg.eigh(cv.K[:p, :p].astype(np.float32)))
     e = np.clip(e, 0, None)
@@ -39,8 +42,13 @@ def _scores_over_grid(cv: Curv, p: int, grid: np.ndarray) -> list[np.ndarray]:
     out = []
     for c in grid:
         w = 1.0 / (e + c * unit)
-        kinv_abs = np.abs((vs * w) @ v.T).mean()
-        out.append((a * w) @ b.T / kinv_abs)
+        if scaling == "per_target":
+            y = b * w  # the targets' K_λ⁻¹ t in the eigenbasis
+            norm = np.sqrt(((y * y) * e).sum(1))
+            out.append((a * w) @ b.T / np.where(norm > 0, norm, 1.0)[None, :])
+        else:
+            kinv_abs = np.abs((vs * w) @ v.T).mean()
+            out.append((a * w) @ b.T / kinv_abs)
     return out
 
 
@@ -55,11 +63,16 @@ def lds_metric(masks: np.ndarray, outputs: np.ndarray) -> Callable[[np.ndarray],
 
 
 def curve(
-    ckpts: list[Curv], p: int, metric: Callable[[np.ndarray], float], grid: np.ndarray = GRID
+    ckpts: list[Curv],
+    p: int,
+    metric: Callable[[np.ndarray], float],
+    grid: np.ndarray = GRID,
+    scaling: str = "mean_abs",
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(metric of the last checkpoint's scores, of the checkpoints' mean)``, each
-    ``[len(grid)]``; ``metric`` maps ``[n, m]`` scores to a number (the LDS, an MRR)."""
-    per = [_scores_over_grid(cv, p, grid) for cv in ckpts]
+    ``[len(grid)]``; ``metric`` maps ``[n, m]`` scores to a number (the LDS, an MRR);
+    ``scaling`` as ``scoring.kinv_scaling`` (``mean_abs`` or ``per_target``)."""
+    per = [_scores_over_grid(cv, p, grid, scaling) for cv in ckpts]
     last = np.array([metric(s) for s in per[-1]])
     mean = np.array([metric(np.mean([pc[i] for pc in per], 0)) for i in range(len(grid))])
     return last, mean

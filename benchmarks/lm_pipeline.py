@@ -8,7 +8,8 @@ Per benchmark, two stores written by ``run_pipeline`` on the in-process executor
 
 - ``before``: the default before issue 29 (dense Rademacher, p = 512, XᵀX, λ auto);
 - ``fisher``: Kronecker rows featurised once at p = 2048 with the sampled-label Fisher's rows G
-  (K = GᵀG), scored at p ∈ {512, 1024, 2048} (prefix property) with λ auto.
+  (K = GᵀG), scored at p ∈ {512, 1024, 2048} (prefix property) with λ auto and the default
+  ``scoring.kinv_scaling`` (``auto``: ``per_target`` here, ``mean_abs`` for ``before``).
 
 The pipeline's own scores (mean over the checkpoints) give "mean: λ auto"; the last checkpoint
 and the λ curves (c · tr(K) / min(r, p), r = ``scoring.rank_bound``, on ``_lm_score.GRID``,
@@ -45,7 +46,7 @@ from trak_dist.config import (
     TaskConfig,
 )
 from trak_dist.pipeline import InProcessExecutor, run_pipeline
-from trak_dist.scoring import rank_bound
+from trak_dist.scoring import rank_bound, resolve_kinv_scaling
 from trak_dist.store import FeatureStore, subset_mask, variant_name
 
 PS = (512, 1024, 2048)
@@ -182,16 +183,18 @@ def bench_rows(name: str, root: Path, models: int) -> tuple[list[list[str]], dic
         store_path = broot / f"pipeline_{variant}.zarr"
         store = FeatureStore.open(store_path, mode="r")
         cvs = stored_curvatures(store_path)
+        # the job's kinv_scaling=auto as resolved (per_target for the Fisher, mean_abs before)
+        scaling = resolve_kinv_scaling("auto", store.spec)
         for p in info["ps"]:
-            sset = store.score_set("targets", variant_name(p, "auto"))
+            sset = store.score_set("targets", variant_name(p, "auto", scaling))
             assert sset is not None
             piped = metric(sset.scores())
-            last, mean = _lm_score.curve(cvs, p, metric)
+            last, mean = _lm_score.curve(cvs, p, metric, scaling=scaling)
             curves[f"{name}|{variant}|{p}|last"], curves[f"{name}|{variant}|{p}|mean"] = last, mean
             what = (
                 "default before: dense, XᵀX"
                 if variant == "before"
-                else "Kronecker, sampled-label Fisher GᵀG"
+                else f"Kronecker, sampled-label Fisher GᵀG, {scaling}"
             )
             cost = info["cpu"]["train"] / base_cpu
             best = int(np.argmax(mean))

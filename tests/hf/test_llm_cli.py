@@ -159,7 +159,10 @@ def test_lora_adapters_are_attributed_wrt_their_trainable_parameters(tmp_path):
     report = json.loads((tmp_path / "run" / "trak_report.json").read_text())
     cli = store.score_set("targets", report["variants"][0]["variant"]).scores()
     expected = api_scores(tmp_path, adapters)
-    np.testing.assert_allclose(cli, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
+    # the rows are stored in float16: the CLI's length-grouped micro-batches and the API's one
+    # batch can round one entry of a target's row apart (seen: 3.8e-6 in one row of 6, with
+    # transformers 5.24), which moves that target's scores by ~1e-5 of the largest
+    np.testing.assert_allclose(cli, expected, rtol=1e-5, atol=2e-5 * np.abs(expected).max())
 
 
 @pytest.mark.slow

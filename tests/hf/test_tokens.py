@@ -18,7 +18,7 @@ from trak_dist.config import (
 )
 from trak_dist.explain._tokens import TokenExplainer, token_batch
 from trak_dist.pipeline import resolve_inputs
-from trak_dist.store import FeatureStore
+from trak_dist.store import FeatureStore, variant_name
 
 PLANTED = 25  # the train row that states the planted span
 SPAN = "zyx qwv jkp"
@@ -80,7 +80,9 @@ def test_token_scores_sum_to_the_example_scores(tmp_path):
         )
     )
     train = cfg.data.train()
-    scores = FeatureStore.open(cfg.store.path, mode="r").score_set("targets", "p64_lambdaauto")
+    # a causal LM's Fisher: kinv_scaling auto is per_target (the explanations use its Y too)
+    variant = variant_name(64, "auto", "per_target")
+    scores = FeatureStore.open(cfg.store.path, mode="r").score_set("targets", variant)
     assert scores is not None
     s = scores.scores()
     top = scores.read_topk()

@@ -96,10 +96,25 @@ def test_fisher_k_is_the_gram_of_stored_g_in_any_split_and_scores(tmp_path, lm_c
     assert result.scores is not None
     # λ auto: 1.25 · tr(GᵀG) / p, the token-level Fisher's rank bound (here p = 32 > n = 16
     # documents of many tokens each), not / min(n, p) as for XᵀX
-    sset = store.score_set("targets", variant_name(P, "auto"))
+    # kinv_scaling auto: per_target for a causal LM's Fisher
+    assert [r.variant for r in result.scores] == [variant_name(P, "auto", "per_target")]
+    sset = store.score_set("targets", variant_name(P, "auto", "per_target"))
     assert sset is not None and P > N
     want = [AUTO_SCALE * float((g.astype(np.float64) ** 2).sum()) / P for g in ga]
     np.testing.assert_allclose(sset.attrs["lambdas"], want, rtol=1e-6)
+    # per_target: target t's column of X (K + λ)⁻¹ t divided by √(yᵀ K y), y = (K + λ)⁻¹ t,
+    # up to one factor for the whole matrix (traker's 1/√d and Q = 1); mean_abs would scale
+    # all columns alike, and the norms differ here
+    ts = store.target_rows("targets", 0)
+    t = ts.read(0, ts.n).astype(np.float64)
+    y = np.linalg.solve(ka[0] + want[0] * np.eye(P), t.T).T
+    norms = np.sqrt(np.einsum("tp,pq,tq->t", y, ka[0], y))
+    assert norms.max() > 1.5 * norms.min()
+    ref = xa[0].astype(np.float64) @ (y / norms[:, None]).T
+    got = sset.scores().astype(np.float64)
+    factor = float((got * ref).sum() / (ref * ref).sum())
+    assert factor > 0
+    np.testing.assert_allclose(got, factor * ref, rtol=1e-3, atol=1e-4 * np.abs(got).max())
     # one train shard of two chunks instead of two shards, micro-batches of 3 rows (3, 3, 2 a
     # chunk) instead of 4, the shards in reverse (targets first): the same X, G and K
     b = lm_job(tmp_path / "b.zarr", ckpts, shard_rows=N, micro_batch=3)

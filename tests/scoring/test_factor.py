@@ -49,3 +49,38 @@ def test_non_finite_lambda_or_gram_is_refused():
     xtx[2, 2] = np.nan
     with pytest.raises(NonFiniteError, match=r"XᵀX \(model_id=4\) or its eigenvalues hold NaN"):
         Factorization.of(xtx, 50, context="model_id=4")
+
+
+@pytest.mark.parametrize(
+    ("curvature", "task", "resolved"),
+    [
+        ("fisher", "trak_dist.tasks:CausalLM", "per_target"),  # the causal-LM default
+        ("xtx", "trak_dist.tasks:CausalLM", "mean_abs"),  # TRAK's XᵀX keeps traker's weights
+        ("fisher", "trak_dist.tasks:ImageClassification", "mean_abs"),
+    ],
+)
+def test_kinv_scaling_auto_is_per_target_only_for_a_causal_lms_fisher(curvature, task, resolved):
+    """``auto`` as the store's spec says; an explicit value is kept, ``kinv`` refuses an
+    unresolved ``auto``, and an unknown value names the choices."""
+    from trak_dist.errors import ConfigError
+    from trak_dist.scoring import resolve_kinv_scaling
+    from trak_dist.store import FeatureSpec
+
+    spec = FeatureSpec(
+        proj_dim=8,
+        projection="kronecker",
+        seed=0,
+        grad_wrt=None,
+        model_output=task,
+        grad_dim=100,
+        train_size=4,
+        dataset_fingerprint="f",
+        curvature=curvature,
+    )
+    assert resolve_kinv_scaling("auto", spec) == resolved
+    assert resolve_kinv_scaling("none", spec) == "none"
+    with pytest.raises(ConfigError, match="kinv_scaling='mean'; expected one of"):
+        resolve_kinv_scaling("mean", spec)
+    f = Factorization.of(gram(np.eye(8)), 8)
+    with pytest.raises(ConfigError, match="resolve auto"):
+        f.kinv(1.0, "auto")

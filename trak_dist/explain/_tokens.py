@@ -27,7 +27,7 @@ from torch import Tensor
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.featurize import build_featurizer
 from trak_dist.gradients import make_computer
-from trak_dist.scoring import resolve_best
+from trak_dist.scoring import resolve_best, resolve_kinv_scaling
 from trak_dist.sources import build_model, checkpoint_paths, load_state_dict
 from trak_dist.store import FeatureStore, variant_name
 from trak_dist.tasks import resolve_task
@@ -38,7 +38,8 @@ IGNORE = -100
 def job_score_set(cfg: Any, store: FeatureStore | None = None) -> Any:
     """The score set of the job ``cfg`` (its experiment and variant), or a StoreStateError."""
     store = store or FeatureStore.open(cfg.store.path, mode="r", options=cfg.store.options)
-    exp, kinv_scaling = cfg.scoring.exp_name, cfg.scoring.kinv_scaling
+    exp = cfg.scoring.exp_name
+    kinv_scaling = resolve_kinv_scaling(cfg.scoring.kinv_scaling, store.spec)
     lam, _ = resolve_best(store, exp, cfg.proj_dim, cfg.lambda_reg, kinv_scaling)
     sset = store.score_set(exp, variant_name(cfg.proj_dim, lam, kinv_scaling))
     if sset is None:

@@ -16,7 +16,7 @@ from trak_dist.config import JobConfig
 from trak_dist.errors import StoreStateError
 from trak_dist.lds._output import best
 from trak_dist.lds._scores import VariantLDS
-from trak_dist.scoring import AUTO, LambdaReg, compute_scores, ensure_factor
+from trak_dist.scoring import AUTO, LambdaReg, compute_scores, ensure_factor, resolve_kinv_scaling
 from trak_dist.store import FeatureStore, store_lock, variant_name
 
 # the grid, as powers of ten times the auto λ: 1e-3 … 10 in half decades. The best λ measured
@@ -65,7 +65,8 @@ def score_lambdas(cfg: JobConfig, device: str = "cpu") -> list[str]:
     if not cfg.eval.lambdas:
         return []
     store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
-    exp, p, scaling = cfg.scoring.exp_name, cfg.proj_dim, cfg.scoring.kinv_scaling
+    exp, p = cfg.scoring.exp_name, cfg.proj_dim
+    scaling = resolve_kinv_scaling(cfg.scoring.kinv_scaling, store.spec)
     if exp not in store.experiments():
         raise StoreStateError(
             f"the store at {cfg.store.path} has no experiment {exp!r} (it has "
@@ -102,8 +103,9 @@ def best_by_proj_dim(rows: Sequence[VariantLDS], kinv_scaling: str) -> dict[int,
 def record_best_lambdas(cfg: JobConfig, rows: Sequence[VariantLDS]) -> dict[int, dict[str, Any]]:
     """Record the best λ per proj_dim of ``rows`` (measured against ``eval/<exp>``) in the
     store; returns the records by proj_dim."""
-    exp, scaling = cfg.scoring.exp_name, cfg.scoring.kinv_scaling
+    exp = cfg.scoring.exp_name
     store = FeatureStore.open(cfg.store.path, options=cfg.store.options)
+    scaling = resolve_kinv_scaling(cfg.scoring.kinv_scaling, store.spec)
     ev = store.eval_set(exp)
     if ev is None:
         return {}

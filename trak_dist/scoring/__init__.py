@@ -2,7 +2,12 @@
 scoring's plan, its blocks and their merge, and the score step every executor runs."""
 
 from trak_dist.scoring._ensure import cached_factor, ensure_factor, xtx_from_rows
-from trak_dist.scoring._factor import Factorization, gram
+from trak_dist.scoring._factor import (
+    Factorization,
+    check_kinv_scaling,
+    gram,
+    resolve_kinv_scaling,
+)
 from trak_dist.scoring._lambda import (
     AUTO,
     AUTO_SCALE,
@@ -38,6 +43,7 @@ __all__ = [
     "auto_lambda",
     "auto_rule",
     "cached_factor",
+    "check_kinv_scaling",
     "compute_scores",
     "discards",
     "ensure_factor",
@@ -45,6 +51,7 @@ __all__ = [
     "parse_lambda",
     "rank_bound",
     "resolve_best",
+    "resolve_kinv_scaling",
     "score_step",
     "xtx_from_rows",
 ]

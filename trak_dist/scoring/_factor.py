@@ -12,12 +12,14 @@ import torch
 
 from trak_dist.errors import ConfigError, IllConditionedError, NonFiniteError
 from trak_dist.scoring._lambda import AUTO, BEST, LambdaReg, auto_lambda
+from trak_dist.store import FeatureSpec
+from trak_dist.tasks import kinv_scaling_default
 
 logger = logging.getLogger(__name__)
 # per_target: K⁻¹ unscaled, then each target's y_tc = K_c⁻¹ x_tc divided by √(y_tcᵀ XᵀX y_tc), the
 # norm of its column of S_c: every checkpoint weighs the same in each target's mean
-# (docs/design.md, "Checkpoint weights")
-KINV_SCALINGS = ("mean_abs", "none", "per_target")
+# (docs/design.md, "Checkpoint weights"); auto: per_target for a causal LM's Fisher, else mean_abs
+KINV_SCALINGS = ("auto", "mean_abs", "none", "per_target")
 WARN_CONDITION = 1e8
 
 
@@ -34,6 +36,20 @@ def _damaged(context: str) -> str:
         "features it was built from are damaged (non-finite rows are never committed). "
         "Featurise again into a new store (or store.overwrite=true)."
     )
+
+
+def check_kinv_scaling(scaling: str) -> None:
+    """ConfigError unless ``scaling`` is one of ``KINV_SCALINGS``."""
+    if scaling not in KINV_SCALINGS:
+        raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
+
+
+def resolve_kinv_scaling(scaling: str, spec: FeatureSpec) -> str:
+    """``scoring.kinv_scaling`` for scores of the store with ``spec``: ``auto`` as the task and
+    curvature it was featurised with mean (``tasks.kinv_scaling_default``), any other value as
+    it is; ConfigError for an unknown one."""
+    check_kinv_scaling(scaling)
+    return kinv_scaling_default(spec.model_output, spec.curvature) if scaling == AUTO else scaling
 
 
 def check_lambda(lambda_reg: float) -> None:
@@ -92,8 +108,11 @@ class Factorization:
         traker 0.3.2; ``none`` and ``per_target``: unscaled, the latter's scaling is
         :meth:`per_target`'s); IllConditionedError when singular to float64 precision."""
         check_lambda(lambda_reg)
-        if scaling not in KINV_SCALINGS:
-            raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
+        if scaling not in KINV_SCALINGS or scaling == AUTO:
+            raise ConfigError(
+                f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS[1:]} (resolve auto "
+                "with resolve_kinv_scaling first)."
+            )
         self.check_conditioning(lambda_reg, context)
         v = self.eigenvectors
         kinv = (v / (self.eigenvalues + lambda_reg)) @ v.T

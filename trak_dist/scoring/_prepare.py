@@ -12,7 +12,7 @@ import torch
 
 from trak_dist.errors import StoreStateError, TrakDistError
 from trak_dist.scoring._ensure import ensure_factor
-from trak_dist.scoring._factor import Factorization
+from trak_dist.scoring._factor import Factorization, resolve_kinv_scaling
 from trak_dist.scoring._job import ScoreJob
 from trak_dist.scoring._lambda import AUTO, auto_rule, parse_lambda, resolve_best
 from trak_dist.scoring._plan import BlockTask, ScorePlan
@@ -45,8 +45,9 @@ def prepare_scoring(
     """Everything a scoring needs before its blocks run (see the module docstring); a set
     left unfinished by an earlier run of the same plan is resumed, its committed blocks kept."""
     s, proj_dim, exp = request.scoring, request.proj_dim, request.scoring.exp_name
-    kinv_scaling, topk, write_scores = s.kinv_scaling, s.topk, s.write_scores
+    topk, write_scores = s.topk, s.write_scores
     spec = store.spec
+    kinv_scaling = resolve_kinv_scaling(s.kinv_scaling, spec)
     p = spec.proj_dim if proj_dim is None else proj_dim
     n, m, ids = spec.train_size, store.num_targets(exp), list(request.model_ids)
     lambda_reg = parse_lambda(request.lambda_reg)  # a NaN/inf λ is refused before any work

@@ -49,10 +49,13 @@ class ScoringConfig:
         memory: what one scoring process may hold (bytes, or ``"1GiB"``): the target
             super-block, which X is read once for, is as wide as fits.
         block_rows: train rows per score task (the unit spread over workers and resumed).
+        kinv_scaling: how each checkpoint weighs in the mean (``Factorization.kinv``);
+            ``auto`` (the default) is resolved from the store's spec where scores are made
+            or read (``resolve_kinv_scaling``).
     """
 
     exp_name: str = "targets"
-    kinv_scaling: str = "mean_abs"
+    kinv_scaling: str = "auto"
     topk: int = 10
     train_block: int = 4096
     target_block: int = 1024

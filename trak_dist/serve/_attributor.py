@@ -24,7 +24,7 @@ from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.featurize import Featurizer, build_featurizer
 from trak_dist.gradients import make_computer
 from trak_dist.pipeline import pick_device
-from trak_dist.scoring import TopK, resolve_best
+from trak_dist.scoring import TopK, resolve_best, resolve_kinv_scaling
 from trak_dist.serve._ann import AnnIndex
 from trak_dist.serve._explain import TokenScores
 from trak_dist.serve._index import AttributionIndex
@@ -62,15 +62,14 @@ class Attributor:
             # the rows served were featurised from this very file (or the answers are not theirs)
             store.train_rows(c).binding.check(file_fingerprint(path), f"model_id={c}", store.where)
         # best: the λ trak-dist eval recorded for the job's experiment and proj_dim
-        lam, _ = resolve_best(
-            store, cfg.scoring.exp_name, cfg.proj_dim, cfg.lambda_reg, cfg.scoring.kinv_scaling
-        )
+        scaling = resolve_kinv_scaling(cfg.scoring.kinv_scaling, store.spec)
+        lam, _ = resolve_best(store, cfg.scoring.exp_name, cfg.proj_dim, cfg.lambda_reg, scaling)
         exact = AttributionIndex.from_store(
             store,
             self.model_ids,
             cfg.proj_dim,
             lam,
-            cfg.scoring.kinv_scaling,
+            scaling,
             sv.index_dtype,
             sv.index_mmap_dir,
             sv.block_rows,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import StoreStateError
+from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
@@ -42,8 +42,13 @@ def variant_name(proj_dim: int, lambda_reg: float | str, kinv_scaling: str = "me
     appended without scaling, ``_pertarget`` with ``per_target``)."""
     lam = lambda_reg if isinstance(lambda_reg, str) else f"{lambda_reg:g}"
     name = f"p{proj_dim}_lambda{lam}"
-    suffix = {"mean_abs": "", "per_target": "_pertarget"}.get(kinv_scaling, "_rawkinv")
-    return name + suffix
+    suffixes = {"mean_abs": "", "per_target": "_pertarget", "none": "_rawkinv"}
+    if kinv_scaling not in suffixes:  # auto names no variant until the store's spec resolves it
+        raise ConfigError(
+            f"kinv_scaling={kinv_scaling!r} names no score variant; expected one of "
+            f"{sorted(suffixes)} (resolve auto with trak_dist.scoring.resolve_kinv_scaling)."
+        )
+    return name + suffixes[kinv_scaling]
 
 
 class ScoreSet:
