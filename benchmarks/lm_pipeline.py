@@ -9,7 +9,8 @@ Per benchmark, two stores written by ``run_pipeline`` on the in-process executor
 - ``before``: the default before issue 29 (dense Rademacher, p = 512, XᵀX, λ auto);
 - ``fisher``: Kronecker rows featurised once at p = 2048 with the sampled-label Fisher's rows G
   (K = GᵀG), scored at p ∈ {512, 1024, 2048} (prefix property) with λ auto and the default
-  ``scoring.kinv_scaling`` (``auto``: ``per_target`` here, ``mean_abs`` for ``before``).
+  ``scoring.kinv_scaling`` (``auto``: ``per_target`` here, ``mean_abs`` for ``before``);
+- ``fisher<D>`` (``--draws D``): the same with ``featurize.fisher_draws=D`` label draws per row.
 
 The pipeline's own scores (mean over the checkpoints) give "mean: λ auto"; the last checkpoint
 and the λ curves (c · tr(K) / min(r, p), r = ``scoring.rank_bound``, on ``_lm_score.GRID``,
@@ -89,7 +90,8 @@ def job(
     overwrite: bool = True,
 ) -> JobConfig:
     c = bench.corpus()
-    fisher = variant == "fisher"
+    fisher = variant.startswith("fisher")
+    draws = int(variant.removeprefix("fisher") or 1) if fisher else 1
     return JobConfig(
         proj_dim=PS[-1] if fisher else 512,
         lambda_reg="auto",
@@ -102,7 +104,10 @@ def job(
         task=TaskConfig(name="causal_lm"),
         projection=ProjectionConfig(kind="kronecker" if fisher else "rademacher"),
         featurize=FeaturizeConfig(
-            micro_batch=micro_batch, curvature="fisher" if fisher else "xtx", device="cpu"
+            micro_batch=micro_batch,
+            curvature="fisher" if fisher else "xtx",
+            fisher_draws=draws,
+            device="cpu",
         ),
         store=StoreConfig(path=str(store), overwrite=overwrite),
         cluster=ClusterConfig(num_workers=1),
@@ -117,7 +122,7 @@ def run_store(bench: LMBench | FactsBench, ckpts: list[Path], root: Path, varian
     changed, e.g. after a change of the auto rule)."""
     info_path = root / f"pipeline_{variant}.json"
     store = root / f"pipeline_{variant}.zarr"
-    ps = PS if variant == "fisher" else (512,)
+    ps = PS if variant.startswith("fisher") else (512,)
     if info_path.exists():
         cfg = job(bench, ckpts, store, variant, overwrite=False)
         run_pipeline(cfg, InProcessExecutor(), [(p, "auto") for p in ps])
@@ -149,7 +154,9 @@ def stored_curvatures(store_path: Path) -> list[_lm_score.Curv]:
     return out
 
 
-def bench_rows(name: str, root: Path, models: int) -> tuple[list[list[str]], dict]:
+def bench_rows(
+    name: str, root: Path, models: int, draws: tuple[int, ...] = ()
+) -> tuple[list[list[str]], dict]:
     broot = root / name
     if name == "facts":  # fact retrieval: the MRR of the stating document, no subset models
         facts = FactsBench(root)
@@ -177,7 +184,8 @@ def bench_rows(name: str, root: Path, models: int) -> tuple[list[list[str]], dic
             return _lm_score.lds(s, masks, outputs)
 
     rows, curves = [], {}
-    infos = {v: run_store(bench, ckpts, broot, v) for v in ("before", "fisher")}
+    variants = ("before", "fisher", *(f"fisher{d}" for d in draws))
+    infos = {v: run_store(bench, ckpts, broot, v) for v in variants}
     base_cpu = infos["before"]["cpu"]["train"]
     for variant, info in infos.items():
         store_path = broot / f"pipeline_{variant}.zarr"
@@ -194,7 +202,7 @@ def bench_rows(name: str, root: Path, models: int) -> tuple[list[list[str]], dic
             what = (
                 "default before: dense, XᵀX"
                 if variant == "before"
-                else f"Kronecker, sampled-label Fisher GᵀG, {scaling}"
+                else f"Kronecker, sampled-label Fisher GᵀG ({variant}), {scaling}"
             )
             cost = info["cpu"]["train"] / base_cpu
             best = int(np.argmax(mean))
@@ -246,11 +254,18 @@ def main() -> None:
     ap.add_argument("--only", default="syn_llama,syn_llama_prompt,text_gpt2,text_gpt2_prompt")
     ap.add_argument("--models", type=int, default=60)
     ap.add_argument("--out", type=Path, default=Path(".lds_bench/lm"))
+    ap.add_argument(
+        "--draws",
+        default="",
+        help="also featurise with featurize.fisher_draws = each of these (e.g. 2,4): stores "
+        "pipeline_fisher<D>.zarr, curves as variant 'fisher<D>' (lambda_lobo --pipeline)",
+    )
     a = ap.parse_args()
+    draws = tuple(int(d) for d in a.draws.split(",") if d)
     torch.set_num_threads(1)
     rows: list[list[str]] = []
     for name in a.only.split(","):
-        got, curves = bench_rows(name, a.out, a.models)
+        got, curves = bench_rows(name, a.out, a.models, draws)
         np.savez(a.out / name / "pipeline_curves.npz", **curves)
         rows += got
         print(table(HEADER, got), flush=True)

@@ -171,6 +171,9 @@ class FeaturizeConfig:
             Fisher's rows, a second backward, stored beside X: ``tasks/_sampled.py``) or
             ``auto`` (``fisher`` for ``causal_lm``, measured to win there; else ``xtx``);
             recorded in the store (docs/design.md, invariant 4).
+        fisher_draws: label draws per row for ``fisher`` (each one more backward; K is the
+            mean of their Grams): more draws, a less noisy K (benchmarks/RESULTS.md,
+            "Seventh session"). 1 with ``xtx``.
     """
 
     micro_batch: int = 64
@@ -180,9 +183,10 @@ class FeaturizeConfig:
     max_task_retries: int = 2
     gradient_engine: str = "auto"
     curvature: str = "auto"
+    fisher_draws: int = 1
 
     def __post_init__(self) -> None:
-        _positive(self, "micro_batch", "shard_rows")
+        _positive(self, "micro_batch", "shard_rows", "fisher_draws")
         _one_of(self, "curvature", CURVATURES)
         _one_of(self, "device", DEVICES)
         _one_of(self, "gradient_engine", ENGINES)

@@ -50,13 +50,16 @@ def model(gpu: bool) -> torch.nn.Module:
     return GPT2LMHeadModel(cfg).to(torch.bfloat16).eval()
 
 
-def with_fisher(f: Featurizer) -> Callable[[tuple[torch.Tensor, torch.Tensor]], None]:
-    """X and Q, then the Fisher's rows G: what a worker runs per micro-batch under
-    ``featurize.curvature=fisher``."""
+def with_fisher(
+    f: Featurizer, draws: int = 1
+) -> Callable[[tuple[torch.Tensor, torch.Tensor]], None]:
+    """X and Q, then the Fisher's rows G of each label draw: what a worker runs per
+    micro-batch under ``featurize.curvature=fisher`` and ``featurize.fisher_draws=draws``."""
 
     def both(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         f.featurize(batch, 0)
-        f.fisher(batch, 0, 0)
+        for d in range(draws):
+            f.fisher(batch, 0, 0, d)
 
     return both
 
@@ -90,6 +93,8 @@ def main() -> int:
         "hooks + dense": ("dense", featurize(dense)),
         f"LM default: kronecker p={p_new} + fisher": ("lm_default", with_fisher(lm_new)),
         f"old LM default: dense p={p_old}": ("old_lm_default", featurize(lm_old)),
+        # the candidate default of RESULTS.md "Seventh session": 4 label draws
+        "LM default + fisher_draws=4": ("lm_draws4", with_fisher(lm_new, 4)),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
     memory: dict[str, float] = dict.fromkeys(variants, 0.0)
@@ -137,6 +142,10 @@ def main() -> int:
     if new and old:
         s.write(f"- the LM default's featurisation ÷ the old LM default's: {old / new:.2f}×")
         s.record("lm_default_x_old", old / new)
+    draws4 = s.numbers.get("lm_draws4_tokens_per_s")
+    if draws4 and old:
+        s.write(f"- with fisher_draws=4, ÷ the old LM default's: {old / draws4:.2f}×")
+        s.record("lm_draws4_x_old", old / draws4)
     return s.done()
 
 

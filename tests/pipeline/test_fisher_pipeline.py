@@ -25,7 +25,7 @@ from trak_dist.config import (
     StoreConfig,
     TaskConfig,
 )
-from trak_dist.errors import StoreMismatchError
+from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.examples import tiny_lm
 from trak_dist.pipeline import Reducer, Worker, prepare
 from trak_dist.scoring import AUTO_SCALE, gram
@@ -159,3 +159,45 @@ def test_the_store_records_the_curvature(tmp_path, lm_checkpoints):
     )
     with pytest.raises(StoreMismatchError, match="curvature: store has 'xtx', requested 'fisher'"):
         prepare(fisher)
+
+
+def test_label_draws_average_their_grams_in_any_split(tmp_path, lm_checkpoints):
+    """``featurize.fisher_draws=2``: G holds both draws, draw 0 is the one-draw job's G (the
+    same uniforms), draw 1 another, and K is the mean of their Grams: streamed by the workers
+    in any split, and reduced again from the committed rows alike."""
+    ckpts = lm_checkpoints[:1]
+    one = lm_job(tmp_path / "one.zarr", ckpts)
+    two = lm_job(tmp_path / "two.zarr", ckpts, fisher_draws=2)
+    run_in_process(one)
+    run_in_process(two)
+    store = FeatureStore.open(two.store.path)
+    assert (store.spec.curvature, store.spec.fisher_draws) == ("fisher", 2)
+    gs = store.train_rows(0).read_gs(0, N).astype(np.float64)
+    assert gs.shape == (N, 2, P)
+    np.testing.assert_array_equal(gs[:, 0], stored(one)[1][0])
+    assert np.abs(gs[:, 1] - gs[:, 0]).max() > 0.1 * np.abs(gs[:, 0]).max()
+    want = (gs[:, 0].T @ gs[:, 0] + gs[:, 1].T @ gs[:, 1]) / 2
+    k = store.read_xtx(0)
+    assert k is not None
+    np.testing.assert_allclose(k, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+    # one shard, micro-batches of 3: the same K
+    split = lm_job(tmp_path / "split.zarr", ckpts, fisher_draws=2, shard_rows=N, micro_batch=3)
+    run_in_process(split)
+    k_split = FeatureStore.open(split.store.path, mode="r").read_xtx(0)
+    np.testing.assert_allclose(k_split, k, rtol=1e-4, atol=1e-5 * np.abs(k).max())
+    # the array mode's reduce, from the committed rows of both draws
+    del store.root["train/0/xtx"]
+    Reducer(store).reduce_stored(0)
+    np.testing.assert_allclose(store.read_xtx(0), k, rtol=1e-10, atol=1e-12 * np.abs(k).max())
+
+
+def test_label_draws_need_the_fisher_and_must_match_the_store(tmp_path, lm_checkpoints):
+    xtx = lm_job(tmp_path / "x.zarr", lm_checkpoints, curvature="xtx", fisher_draws=3)
+    with pytest.raises(ConfigError, match="fisher_draws=3 draws labels for the sampled-label"):
+        prepare(xtx)
+    assert not Path(xtx.store.path).exists()  # refused before the store is created
+    cfg = lm_job(tmp_path / "d.zarr", lm_checkpoints[:1], fisher_draws=2)
+    run_in_process(cfg)
+    again = dataclasses.replace(cfg, featurize=dataclasses.replace(cfg.featurize, fisher_draws=1))
+    with pytest.raises(StoreMismatchError, match="fisher_draws: store has 2, requested 1"):
+        prepare(again)

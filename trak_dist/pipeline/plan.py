@@ -111,6 +111,7 @@ def prepare(cfg: JobConfig) -> Prepared:
         chunk_rows=cfg.store.chunk_rows,
         projection_params=projection_params(cfg.projection.kind, model, layout),
         curvature=resolve_curvature(cfg.featurize.curvature, task),
+        fisher_draws=cfg.featurize.fisher_draws,  # > 1 with xtx: a ConfigError, nothing written
     )
     store = FeatureStore.create_or_open(
         cfg.store.path,

@@ -25,7 +25,14 @@ from trak_dist.sources import (
     load_state_dict,
     node_checkpoints,
 )
-from trak_dist.store import FeatureStore, RowSet, check_unchanged, file_fingerprint, row_hashes
+from trak_dist.store import (
+    FeatureStore,
+    RowSet,
+    check_unchanged,
+    curvature_rows,
+    file_fingerprint,
+    row_hashes,
+)
 from trak_dist.tasks import resolve_task
 
 logger = logging.getLogger(__name__)
@@ -137,7 +144,7 @@ class Worker:
         try:
             x = rows.read(c0, c1)
             if rows.G is not None:
-                x = rows.read_g(c0, c1)
+                x = rows.read_curvature(c0, c1)
             rows.read_q(c0, c1)
             stored = rows.read_hashes(slice(c0, c1), checked=True)
         except StoreDamagedError as e:
@@ -163,7 +170,11 @@ class Worker:
                     x, q = self.featurizer.featurize(batch, task.model_id)
                     qs.append(q.numpy())
                     if fisher:
-                        gs.append(self.featurizer.fisher(batch, task.model_id, b0).numpy())
+                        draws = [
+                            self.featurizer.fisher(batch, task.model_id, b0, d).numpy()
+                            for d in range(len(rows.g_draws))
+                        ]
+                        gs.append(np.stack(draws, axis=1))
                 else:
                     x = self.featurizer.project(batch, task.model_id)
             except LabelError as e:
@@ -177,4 +188,4 @@ class Worker:
         self.store.bind(rows, self._fingerprint, f"{task}")
         rows.commit(c0, c1)
         # rounded to the stored dtype, so the partial K equals one recomputed from the store
-        return (chunk if g is None else g).astype(rows.X.dtype)
+        return chunk.astype(rows.X.dtype) if g is None else curvature_rows(g.astype(rows.X.dtype))

@@ -113,6 +113,7 @@ def normal_block(
 
 
 SAMPLING_KEY_TWEAK = 0x73616D70  # ASCII "samp"
+DRAW_KEY_STEP = 0x9E3779B9  # the golden-ratio increment: draw d's key is k0 ^ (d · step)
 
 
 def uniform_rows(
@@ -121,14 +122,17 @@ def uniform_rows(
     rows: torch.Tensor,
     width: int,
     device: torch.device | str = "cpu",
+    draw: int = 0,
 ) -> torch.Tensor:
     """``[len(rows), width]`` float32 uniforms in (0, 1): entry (r, t) is the hash of (seed,
-    model_id, row ``rows[r]``, position t) under its own key, so it depends on nothing else (not
-    the batch, its order or its split). The noise that draws a row's labels from the model for
-    the sampled-label Fisher (docs/design.md, "Curvature")."""
+    model_id, row ``rows[r]``, position t) under its own key (one key per ``draw``; draw 0's is
+    the seed's), so it depends on nothing else (not the batch, its order or its split). The
+    noise that draws a row's labels from the model for the sampled-label Fisher
+    (docs/design.md, "Curvature")."""
     rows = torch.as_tensor(rows, dtype=torch.int64, device=device).reshape(-1)
     cols = torch.arange(width, dtype=torch.int64, device=device)
     k0, k1 = _key(seed)
+    k0 ^= (draw * DRAW_KEY_STEP) & MASK32
     ilo, ihi = _row_words(rows)
     mid = torch.tensor(model_id, dtype=torch.int64, device=device)
     word, _, _, _ = philox4x32(

@@ -9,7 +9,7 @@ from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._remote import check_options as check_store_options
 from trak_dist.store._remote import is_url, local_path, put_beside, redact
-from trak_dist.store._rows import RowSet
+from trak_dist.store._rows import RowSet, curvature_rows
 from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
     FORMAT_VERSION,
@@ -34,6 +34,7 @@ __all__ = [
     "check_store_options",
     "check_unchanged",
     "checkpoint_fingerprint",
+    "curvature_rows",
     "dataset_fingerprint",
     "dataset_row_hashes",
     "file_fingerprint",

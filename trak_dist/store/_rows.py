@@ -28,13 +28,17 @@ class RowSet:
     """Rows ``[0, n)`` of projected gradients in ``group``: ``X`` ``[n, p]``, ``H`` ``[n]``
     uint64, ``done`` ``[ceil(n/chunk)]``, optionally ``Q`` ``[n]`` and (train rows of a store
     with ``curvature=fisher``) ``G`` ``[n, p]``, the sampled-label Fisher's rows, chunked and
-    committed with X."""
+    committed with X; with D > 1 label draws per row (``fisher_draws``) the further draws are
+    ``G1`` … ``G<D-1>``, alike."""
 
     def __init__(self, group: zarr.Group) -> None:
         self.group = group
         self.X = array(group, "X")
         self.Q = array(group, "Q") if "Q" in group else None
         self.G = array(group, "G") if "G" in group else None
+        self.g_draws = [] if self.G is None else [self.G]
+        while self.G is not None and f"G{len(self.g_draws)}" in group:
+            self.g_draws.append(array(group, f"G{len(self.g_draws)}"))
         if "H" not in group:
             raise StoreMismatchError(
                 f"{group.path} in {store_location(group)} holds no row hashes: it was written by "
@@ -59,12 +63,13 @@ class RowSet:
         dtype: str,
         compressors: Any,
         with_q: bool,
-        with_g: bool = False,
+        g_draws: int = 0,
     ) -> RowSet:
-        """Lay out an empty row set; X's (and G's) chunks are bounded in bytes
-        (``_layout.row_chunks``)."""
+        """Lay out an empty row set, with ``g_draws`` arrays of Fisher rows (G, G1, …); X's
+        (and G's) chunks are bounded in bytes (``_layout.row_chunks``)."""
         chunks = layout.row_chunks(n, proj_dim, chunk_rows, np.dtype(dtype).itemsize)
-        for name in ("X", "G") if with_g else ("X",):
+        g_names = ["G", *(f"G{d}" for d in range(1, g_draws))] if g_draws else []
+        for name in ["X", *g_names]:
             group.create_array(
                 name,
                 shape=(n, proj_dim),
@@ -129,7 +134,8 @@ class RowSet:
         g: np.ndarray | None = None,
     ) -> None:
         """Write rows ``[start, start + len(x))``: whole chunks only (see module docstring);
-        ``g``, the Fisher's rows, is required exactly when the set holds G."""
+        ``g``, the Fisher's rows (``[B, p]``, or ``[B, D, p]`` for D draws), is required
+        exactly when the set holds G."""
         end = start + x.shape[0]
         self.flags.chunk_range(start, end)
         if (g is None) != (self.G is None):
@@ -137,13 +143,20 @@ class RowSet:
                 f"{self.describe()}: the set {'holds' if self.G is not None else 'has no'} "
                 "sampled-label Fisher rows G; write them with X exactly when it does."
             )
+        draws = None if g is None else (g[:, None] if g.ndim == 2 else g)
+        if draws is not None and draws.shape[1] != len(self.g_draws):
+            raise ConfigError(
+                f"{self.describe()}: {draws.shape[1]} label draws given; the set holds "
+                f"{len(self.g_draws)} (the store's fisher_draws)."
+            )
         inds = np.arange(start, end)
-        # both checked before either is written
+        # all checked before any is written
         x_stored = self.stored(inds, x, q)
-        g_stored = None if g is None else self.stored(inds, g, None)
+        per_draw = [] if draws is None else list(draws.transpose(1, 0, 2))
+        g_stored = [self.stored(inds, g_d, None) for g_d in per_draw]
         self.put(slice(start, end), x_stored, q, h)
-        if g_stored is not None and self.G is not None:
-            _put_columns(self.G, slice(start, end), g_stored)
+        for arr, values in zip(self.g_draws, g_stored, strict=True):
+            _put_columns(arr, slice(start, end), values)
 
     def describe(self) -> str:
         """Whose rows these are, for messages: ``train rows of model_id=0``."""
@@ -188,9 +201,20 @@ class RowSet:
     ) -> np.ndarray:
         return checked_read(arr, (slice(start, end), slice(0, proj_dim or self.proj_dim)))
 
+    def read_gs(self, start: int, end: int) -> np.ndarray:
+        """``[rows, D, p]``: every label draw's G rows ``[start, end)``, as ``read``."""
+        if self.G is None:
+            raise ConfigError(f"{self.describe()} holds no sampled-label Fisher rows G.")
+        return np.stack([self._read_columns(a, start, end, None) for a in self.g_draws], axis=1)
+
     def read_curvature(self, start: int, end: int) -> np.ndarray:
-        """The rows whose Gram is the stored K: G where the set holds it, else X."""
-        return self.read(start, end) if self.G is None else self.read_g(start, end)
+        """The rows whose Gram is the stored K: G where the set holds it (its D draws as
+        :func:`curvature_rows`), else X."""
+        if self.G is None:
+            return self.read(start, end)
+        if len(self.g_draws) == 1:
+            return self.read_g(start, end)
+        return curvature_rows(self.read_gs(start, end))
 
     def read_q(self, start: int, end: int) -> np.ndarray:
         if self.Q is None:
@@ -207,8 +231,18 @@ class RowSet:
     def arrays(self) -> list[zarr.Array[Any]]:
         """X, H, (train rows) Q and G where held: the arrays a committed chunk must hold
         whole."""
-        extra = [a for a in (self.Q, self.G) if a is not None]
-        return [self.X, self.H, *extra]
+        extra = [self.Q] if self.Q is not None else []
+        return [self.X, self.H, *extra, *self.g_draws]
+
+
+def curvature_rows(g: np.ndarray) -> np.ndarray:
+    """Rows whose Gram is the mean of the D draws' Grams, (1/D) Σ_d G_dᵀ G_d: ``g``
+    ``[rows, D, p]`` as stored, stacked to ``[rows·D, p]`` float64 and divided by √D (one
+    draw: ``g[:, 0]`` unchanged). The worker's partial K and the store's reduce both use it,
+    so they agree exactly."""
+    if g.shape[1] == 1:
+        return g[:, 0]
+    return g.astype(np.float64).reshape(-1, g.shape[2]) / np.sqrt(g.shape[1])
 
 
 def _put_columns(arr: zarr.Array[Any], rows: slice, values: np.ndarray) -> None:

@@ -46,6 +46,8 @@ class FeatureSpec:
         curvature: what K's Gram (the ``xtx`` node) is: ``xtx`` (XᵀX of the rows) or
             ``fisher`` (GᵀG of the sampled-label Fisher's rows G, stored beside X; their
             labels are drawn with ``seed``: ``tasks/_sampled.py``).
+        fisher_draws: D, label draws per row for ``fisher``: G holds D rows per example and K
+            is the mean of the D draws' Grams (1 with ``xtx``).
     """
 
     proj_dim: int
@@ -61,6 +63,7 @@ class FeatureSpec:
     format_version: int = FORMAT_VERSION
     projection_params: str = ""
     curvature: str = "xtx"
+    fisher_draws: int = 1
 
     def __post_init__(self) -> None:
         for name in ("proj_dim", "grad_dim", "train_size", "chunk_rows"):
@@ -71,6 +74,14 @@ class FeatureSpec:
             raise ConfigError(f"dtype={self.dtype!r}; expected one of {DTYPES}.")
         if self.curvature not in CURVATURES:
             raise ConfigError(f"curvature={self.curvature!r}; expected one of {CURVATURES}.")
+        if not isinstance(self.fisher_draws, int) or self.fisher_draws < 1:
+            raise ConfigError(f"fisher_draws={self.fisher_draws!r}; expected a positive integer.")
+        if self.fisher_draws > 1 and self.curvature != "fisher":
+            raise ConfigError(
+                f"fisher_draws={self.fisher_draws} draws labels for the sampled-label Fisher; "
+                f"with curvature={self.curvature!r} there are none to draw (use 1, or "
+                "featurize.curvature=fisher)."
+            )
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

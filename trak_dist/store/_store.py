@@ -130,17 +130,17 @@ class FeatureStore:
     def ensure_checkpoint(self, model_id: int, fingerprint: str | None = None) -> RowSet:
         """The train RowSet of ``model_id``, created if new; checks the checkpoint it is bound
         to (see ``bind``)."""
-        fisher = self.spec.curvature == "fisher"
-        rows = self._ensure_rows(layout.train(model_id), self.spec.train_size, True, fisher)
+        draws = self.spec.fisher_draws if self.spec.curvature == "fisher" else 0
+        rows = self._ensure_rows(layout.train(model_id), self.spec.train_size, True, draws)
         rows.binding.check(fingerprint, f"model_id={model_id}", self.where)
         return rows
 
-    def _ensure_rows(self, path: str, n: int, with_q: bool, with_g: bool = False) -> RowSet:
+    def _ensure_rows(self, path: str, n: int, with_q: bool, g_draws: int = 0) -> RowSet:
         if path in self.root:
             return RowSet(group(self.root, path))
         s, node = self.spec, self.root.require_group(path)
         codec = compressors(self.codec)
-        return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q, with_g)
+        return RowSet.create(node, n, s.proj_dim, s.chunk_rows, s.dtype, codec, with_q, g_draws)
 
     def bind(self, rows: RowSet, fingerprint: str | None, what: str) -> None:
         """Bind ``rows`` to the checkpoint that featurises them before each commit
