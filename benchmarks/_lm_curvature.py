@@ -109,10 +109,7 @@ def collect_loglik(
     """``X`` ``[n, p]``, ``T`` ``[m, p]`` of :class:`LogLik` (or, with ``task="causal_lm"``,
     trak_dist's f; train and targets) and the token-level Gram ``H`` of the same backward,
     Kronecker at ``p``."""
-    torch.manual_seed(0)
-    model = bench.model()
-    model.load_state_dict(state)
-    model.eval()
+    model = loaded(bench, state)
     c = bench.corpus()
     if task == "sampled":  # the Fisher's rows G; one draw per token, seeded per checkpoint
         chosen: object = SampledLM(torch.Generator().manual_seed(model_id))
@@ -152,6 +149,33 @@ class Collected:
     seconds: dict
 
 
+def loaded(bench: LMBench, state: dict) -> nn.Module:
+    """``bench``'s model with ``state``, in eval mode (seeded: the same modules every time)."""
+    torch.manual_seed(0)
+    model = bench.model()
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def projected_rows(
+    comp: HookGradientComputer,
+    proj: KroneckerProjector,
+    ids: Tensor,
+    labels: Tensor,
+    model_id: int,
+    micro: int = 16,
+) -> np.ndarray:
+    """``[len(ids), p]`` float64: ``comp``'s per-sample gradients through ``proj``, scaled by
+    1/√d as trak_dist's store holds them."""
+    scale = math.sqrt(comp.layout.grad_dim)
+    out = []
+    for batch in _batches(ids, labels, micro):
+        acc = torch.zeros(batch["input_ids"].shape[0], proj.proj_dim)
+        comp.stream(batch, lambda blocks, acc=acc: acc.add_(proj.project(blocks, model_id)))
+        out.append(acc / scale)
+    return torch.cat(out).double().numpy()
+
+
 def _batches(ids: Tensor, labels: Tensor, size: int) -> list[dict]:
     out = []
     for b in range(0, len(ids), size):
@@ -164,10 +188,7 @@ def _batches(ids: Tensor, labels: Tensor, size: int) -> list[dict]:
 
 def collect(bench: LMBench, state: dict, model_id: int, p: int, micro: int = 16) -> Collected:
     """One checkpoint's rows and curvatures at proj_dim ``p`` (float64 Grams)."""
-    torch.manual_seed(0)
-    model = bench.model()
-    model.load_state_dict(state)
-    model.eval()
+    model = loaded(bench, state)
     c = bench.corpus()
     task = resolve_task("causal_lm")
     comp_f = HookGradientComputer(model, task)

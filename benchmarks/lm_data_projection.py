@@ -40,7 +40,7 @@ from torch import Tensor
 
 from benchmarks import _lm_score, _lm_truth
 from benchmarks._lm_benches import BENCHES, LMBench
-from benchmarks._lm_curvature import SampledLM, _batches
+from benchmarks._lm_curvature import SampledLM, _batches, loaded, projected_rows
 from benchmarks._table import table
 from benchmarks.lm_pipeline import cached_truth
 from trak_dist.gradients import HookGradientComputer, kronecker_views
@@ -174,10 +174,7 @@ class DataKronecker(KroneckerProjector):
 
 def collect(bench: LMBench, state: dict, model_id: int, variant: Variant, micro: int = 16) -> dict:
     """``X``, ``G`` (sampled-label rows) and ``T`` of one checkpoint, projected at ``P``."""
-    torch.manual_seed(0)
-    model = bench.model()
-    model.load_state_dict(state)
-    model.eval()
+    model = loaded(bench, state)
     c = bench.corpus()
     comp_f = HookGradientComputer(model, resolve_task("causal_lm"))
 
@@ -191,15 +188,9 @@ def collect(bench: LMBench, state: dict, model_id: int, variant: Variant, micro:
             comp_s.stream(batch, cov.add)
     proj = DataKronecker(comp_f.layout.grad_dim, P, 0, kronecker_views(model, comp_f.layout))
     proj.configure(cov, variant)
-    scale = math.sqrt(comp_f.layout.grad_dim)
 
     def rows(comp: HookGradientComputer, ids: Tensor, labels: Tensor) -> np.ndarray:
-        out = []
-        for batch in _batches(ids, labels, micro):
-            acc = torch.zeros(batch["input_ids"].shape[0], P)
-            comp.stream(batch, lambda blocks, acc=acc: acc.add_(proj.project(blocks, model_id)))
-            out.append(acc / scale)
-        return torch.cat(out).double().numpy()
+        return projected_rows(comp, proj, ids, labels, model_id, micro)
 
     return {
         "X": rows(comp_f, c.train, c.train_labels()),

@@ -13,7 +13,6 @@ of the single draws is what one draw leaves to chance; the gain of K_D is what a
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from torch import Tensor
 
 from benchmarks import _lm_score, _lm_truth
 from benchmarks._lm_benches import BENCHES, LMBench
-from benchmarks._lm_curvature import SampledLM, _batches
+from benchmarks._lm_curvature import SampledLM, loaded, projected_rows
 from benchmarks._table import table
 from benchmarks.lm_pipeline import cached_truth
 from trak_dist.gradients import HookGradientComputer, kronecker_views
@@ -36,22 +35,13 @@ AUTO_C = 1.25
 
 def collect(bench: LMBench, state: dict, model_id: int, draws: int, micro: int = 16) -> dict:
     """``X`` ``[n, P]``, ``T`` ``[m, P]`` and ``Gs`` (one ``[n, P]`` per draw) of a checkpoint."""
-    torch.manual_seed(0)
-    model = bench.model()
-    model.load_state_dict(state)
-    model.eval()
+    model = loaded(bench, state)
     c = bench.corpus()
     comp_f = HookGradientComputer(model, resolve_task("causal_lm"))
     proj = KroneckerProjector(comp_f.layout.grad_dim, P, 0, kronecker_views(model, comp_f.layout))
-    scale = math.sqrt(comp_f.layout.grad_dim)
 
     def rows(comp: HookGradientComputer, ids: Tensor, labels: Tensor) -> np.ndarray:
-        out = []
-        for batch in _batches(ids, labels, micro):
-            acc = torch.zeros(batch["input_ids"].shape[0], P)
-            comp.stream(batch, lambda blocks, acc=acc: acc.add_(proj.project(blocks, model_id)))
-            out.append(acc / scale)
-        return torch.cat(out).double().numpy()
+        return projected_rows(comp, proj, ids, labels, model_id, micro)
 
     gs = []
     for d in range(draws):

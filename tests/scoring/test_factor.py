@@ -3,6 +3,7 @@ import logging
 import numpy as np
 import pytest
 
+from tests.fixtures.helpers import spec_of
 from trak_dist.errors import IllConditionedError
 from trak_dist.scoring import Factorization, gram
 
@@ -64,19 +65,8 @@ def test_kinv_scaling_auto_is_per_target_only_for_a_causal_lms_fisher(curvature,
     unresolved ``auto``, and an unknown value names the choices."""
     from trak_dist.errors import ConfigError
     from trak_dist.scoring import resolve_kinv_scaling
-    from trak_dist.store import FeatureSpec
 
-    spec = FeatureSpec(
-        proj_dim=8,
-        projection="kronecker",
-        seed=0,
-        grad_wrt=None,
-        model_output=task,
-        grad_dim=100,
-        train_size=4,
-        dataset_fingerprint="f",
-        curvature=curvature,
-    )
+    spec = spec_of(task, curvature, 8, 4)
     assert resolve_kinv_scaling("auto", spec) == resolved
     assert resolve_kinv_scaling("none", spec) == "none"
     with pytest.raises(ConfigError, match="kinv_scaling='mean'; expected one of"):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from test_blocks import dense, filled_store
 
+from tests.fixtures.helpers import spec_of
 from trak_dist.config import JobConfig
 from trak_dist.errors import ConfigError, IllConditionedError
 from trak_dist.scoring import (
@@ -18,7 +19,7 @@ from trak_dist.scoring import (
     parse_lambda,
     rank_bound,
 )
-from trak_dist.store import FeatureSpec, variant_name
+from trak_dist.store import variant_name
 
 
 def rule_from_rows(x: np.ndarray) -> float:
@@ -50,17 +51,7 @@ def test_auto_lambda_is_the_rule_on_the_spectrum(n, p):
     ],
 )
 def test_auto_divides_by_the_outer_products_k_sums(curvature, task, bound):
-    spec = FeatureSpec(
-        proj_dim=2048,
-        projection="kronecker",
-        seed=0,
-        grad_wrt=None,
-        model_output=task,
-        grad_dim=10**6,
-        train_size=300,
-        dataset_fingerprint="f",
-        curvature=curvature,
-    )
+    spec = spec_of(task, curvature, 2048, 300)
     assert rank_bound(spec) == bound
     # at a prefix p' = 512 of the store: tr / 512 for the causal LM's Fisher, tr / 300 otherwise
     e = np.linspace(0.0, 2.0, 512)
