@@ -162,18 +162,14 @@ class FeaturizeConfig:
         micro_batch: samples per gradient call: sets a worker's peak memory.
         gradient_engine: ``auto`` (hooks when the task has ``get_outputs`` and every selected
             parameter's module has a hook rule, else vmap), ``vmap`` or ``hooks``.
-        shard_rows: rows per task, a multiple of ``store.chunk_rows`` (None: about four shards
-            per worker).
+        shard_rows: rows per task, a multiple of ``store.chunk_rows`` (None: ~4 per worker).
         half_precision: store X in float16 (traker's default) instead of float32.
         device: ``auto`` (cuda when the worker has a GPU), ``cpu`` or ``cuda``.
         max_task_retries: reruns of a failed shard before the job fails.
         curvature: K's Gram: ``xtx`` (TRAK's XᵀX), ``fisher`` (GᵀG of the sampled-label
             Fisher's rows, a second backward, stored beside X: ``tasks/_sampled.py``) or
-            ``auto`` (``fisher`` for ``causal_lm``, measured to win there; else ``xtx``);
-            recorded in the store (docs/design.md, invariant 4).
-        fisher_draws: label draws per row for ``fisher`` (each one more backward; K is the
-            mean of their Grams): more draws, a less noisy K (benchmarks/RESULTS.md,
-            "Seventh session"). 1 with ``xtx``.
+            ``auto`` (``fisher`` for ``causal_lm``, else ``xtx``; docs/design.md, invariant 4).
+        fisher_draws: label draws per row for ``fisher``; K is the mean of their Grams.
     """
 
     micro_batch: int = 64

@@ -33,13 +33,7 @@ from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, T
 from trak_dist.gradients import GradientComputer, make_computer
 from trak_dist.pipeline import Reducer
 from trak_dist.projection import Projector
-from trak_dist.scoring import (
-    ScoreRequest,
-    ScoringConfig,
-    check_kinv_scaling,
-    parse_lambda,
-    resolve_kinv_scaling,
-)
+from trak_dist.scoring import ScoreRequest, ScoringConfig, parse_lambda
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -123,7 +117,7 @@ class TRAKer:
         self.model = model.to(self.device)
         self.task = resolve_task(task)
         self.lambda_reg = parse_lambda(lambda_reg)
-        check_kinv_scaling(kinv_scaling)  # before the store is created
+        self.kinv_scaling = "mean_abs" if kinv_scaling == "auto" else kinv_scaling  # XᵀX's auto
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)
         dtype = torch.float16 if use_half_precision else torch.float32
@@ -164,8 +158,6 @@ class TRAKer:
         self.store = FeatureStore.create_or_open(
             self.save_dir, spec, store_codec, overwrite, options=storage_options
         )
-        # auto: as the store's task and curvature mean (traker's XᵀX here: mean_abs)
-        self.kinv_scaling = resolve_kinv_scaling(kinv_scaling, self.store.spec)
         self.reducer = Reducer(self.store, self.device)
         self.load_from_save_dir = bool(load_from_save_dir)
         self._mine: set[int] = set()  # checkpoints this instance loaded (load_from_save_dir=False)

@@ -4,7 +4,6 @@ scoring's plan, its blocks and their merge, and the score step every executor ru
 from trak_dist.scoring._ensure import cached_factor, ensure_factor, xtx_from_rows
 from trak_dist.scoring._factor import (
     Factorization,
-    check_kinv_scaling,
     gram,
     resolve_kinv_scaling,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "auto_lambda",
     "auto_rule",
     "cached_factor",
-    "check_kinv_scaling",
     "compute_scores",
     "discards",
     "ensure_factor",

@@ -38,17 +38,12 @@ def _damaged(context: str) -> str:
     )
 
 
-def check_kinv_scaling(scaling: str) -> None:
-    """ConfigError unless ``scaling`` is one of ``KINV_SCALINGS``."""
-    if scaling not in KINV_SCALINGS:
-        raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
-
-
 def resolve_kinv_scaling(scaling: str, spec: FeatureSpec) -> str:
     """``scoring.kinv_scaling`` for scores of the store with ``spec``: ``auto`` as the task and
     curvature it was featurised with mean (``tasks.kinv_scaling_default``), any other value as
     it is; ConfigError for an unknown one."""
-    check_kinv_scaling(scaling)
+    if scaling not in KINV_SCALINGS:
+        raise ConfigError(f"kinv_scaling={scaling!r}; expected one of {KINV_SCALINGS}.")
     return kinv_scaling_default(spec.model_output, spec.curvature) if scaling == AUTO else scaling
 
 
