@@ -11,16 +11,12 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.fixtures.helpers import spec_of
 from trak_dist._compose import compose_job
 from trak_dist.cli import sweep_width
+from trak_dist.scoring import resolve_kinv_scaling
 from trak_dist.store._spec import FORMAT_VERSION
-from trak_dist.tasks import (
-    CausalLM,
-    kinv_scaling_default,
-    resolve_curvature,
-    resolve_task,
-    task_defaults,
-)
+from trak_dist.tasks import CausalLM, resolve_curvature, resolve_task, task_defaults
 
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 # the CLI in a process where importing Ray fails (the GPU check machine has no Ray at all)
@@ -87,6 +83,13 @@ def test_sweeps_featurise_at_the_largest_proj_dim():
     assert sweep_width(auto) == auto
 
 
+def auto_scaling(cfg) -> str:  # type: ignore[no-untyped-def]
+    """What ``kinv_scaling=auto`` becomes for the store ``cfg`` would write (task, curvature)."""
+    task = resolve_task(cfg.task.name)
+    spec = spec_of(cfg.task.name, resolve_curvature(cfg.featurize.curvature, task), 8, 4)
+    return resolve_kinv_scaling(cfg.scoring.kinv_scaling, spec)
+
+
 def test_per_task_defaults_leave_the_digits_default_job_as_it_was():
     """``proj_dim=auto`` / ``projection=auto`` / ``featurize.curvature=auto`` /
     ``scoring.kinv_scaling=auto``: the default (digits) job is the very JobConfig of the former
@@ -99,7 +102,7 @@ def test_per_task_defaults_leave_the_digits_default_job_as_it_was():
     assert (default.proj_dim, default.projection.kind) == (512, "rademacher")
     # kinv_scaling=auto is resolved where scores are made, from the store's task and curvature
     assert default.scoring.kinv_scaling == "auto"
-    assert kinv_scaling_default(default.task.name, default.featurize.curvature) == "mean_abs"
+    assert auto_scaling(default) == "mean_abs"
     digits = resolve_task(default.task.name)
     assert resolve_curvature(default.featurize.curvature, digits) == "xtx"
     text = compose_job(["task=text_classification"])
@@ -108,10 +111,10 @@ def test_per_task_defaults_leave_the_digits_default_job_as_it_was():
     lm = compose_job(["task=causal_lm"])
     assert (lm.proj_dim, lm.projection.kind) == (2048, "kronecker")
     assert resolve_curvature(lm.featurize.curvature, resolve_task(lm.task.name)) == "fisher"
-    assert kinv_scaling_default(lm.task.name, lm.featurize.curvature) == "per_target"
+    assert auto_scaling(lm) == "per_target"
     # per_target goes with the Fisher: a causal LM with XᵀX keeps traker's weights
     xtx = compose_job(["task=causal_lm", "featurize.curvature=xtx"])
-    assert kinv_scaling_default(xtx.task.name, xtx.featurize.curvature) == "mean_abs"
+    assert auto_scaling(xtx) == "mean_abs"
     chosen = compose_job(["task=causal_lm", "proj_dim=512", "projection=rademacher"])
     assert (chosen.proj_dim, chosen.projection.kind) == (512, "rademacher")
     by_path = task_defaults("trak_dist.tasks:CausalLM")

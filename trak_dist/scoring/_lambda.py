@@ -76,11 +76,17 @@ def auto_lambda(eigenvalues: np.ndarray, rank_bound: int) -> float:
     return lam if math.isfinite(lam) and lam > 0 else 1.0
 
 
+def is_token_fisher(spec: FeatureSpec) -> bool:
+    """Whether the store's K is a causal LM's sampled-label Fisher: one drawn label per token,
+    which ``rank_bound`` and ``kinv_scaling=auto`` (``resolve_kinv_scaling``) both key on."""
+    return spec.curvature == "fisher" and is_causal_lm(spec.model_output)
+
+
 def rank_bound(spec: FeatureSpec) -> int:
     """How many outer products the store's K estimates (its rank is at most this): n train
     rows, or for a causal LM's sampled-label Fisher one per token, taken as ≥ p (module
     docstring)."""
-    if spec.curvature == "fisher" and is_causal_lm(spec.model_output):
+    if is_token_fisher(spec):
         return max(spec.train_size, spec.proj_dim)
     return spec.train_size
 

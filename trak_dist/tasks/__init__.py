@@ -13,7 +13,7 @@ from trak_dist.tasks._classification import (
     TextClassification,
 )
 from trak_dist.tasks._clip import CLIPOutput
-from trak_dist.tasks._defaults import is_causal_lm, kinv_scaling_default, task_defaults
+from trak_dist.tasks._defaults import is_causal_lm, task_defaults
 from trak_dist.tasks._language import CausalLM
 from trak_dist.tasks._sampled import (
     CURVATURES,
@@ -36,7 +36,6 @@ __all__ = [
     "attach_uniforms",
     "describe",
     "is_causal_lm",
-    "kinv_scaling_default",
     "margin",
     "resolve_curvature",
     "resolve_task",

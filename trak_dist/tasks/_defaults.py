@@ -1,6 +1,4 @@
-"""What ``proj_dim=auto`` and ``projection.kind=auto`` mean for a task (``JobConfig``), and
-``scoring.kinv_scaling=auto`` for a store's task and curvature
-(``scoring.resolve_kinv_scaling``)."""
+"""What ``proj_dim=auto`` and ``projection.kind=auto`` mean for a task (``JobConfig``)."""
 
 from __future__ import annotations
 
@@ -36,15 +34,3 @@ def task_defaults(task: Any) -> tuple[int, str]:
     if is_causal_lm(task):
         return LM_PROJ_DIM, "kronecker"
     return DEFAULT_PROJ_DIM, "rademacher"
-
-
-def kinv_scaling_default(task: Any, curvature: str) -> str:
-    """What ``scoring.kinv_scaling=auto`` means for ``task`` featurised with ``curvature``
-    (``auto`` or as resolved): ``per_target`` for a causal LM's sampled-label Fisher, its
-    default (each checkpoint weighs the same in every target's mean: +0.041 LDS on the
-    3-checkpoint Llama benchmark, +0.003–0.004 on the GPT-2 ones, fact MRR unchanged,
-    benchmarks/RESULTS.md "Checkpoint weights"), else ``mean_abs``, traker's (unchanged: not
-    measured better elsewhere)."""
-    if is_causal_lm(task) and curvature in ("auto", "fisher"):
-        return "per_target"
-    return "mean_abs"
