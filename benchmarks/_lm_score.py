@@ -81,3 +81,16 @@ def curve(
 def at(curve_: np.ndarray, c: float, grid: np.ndarray = GRID) -> float:
     """The curve at constant ``c`` (interpolated in log c)."""
     return float(np.interp(np.log(c), np.log(grid), curve_))
+
+
+def cells(
+    last: np.ndarray, mean: np.ndarray, c: float = 1.25, grid: np.ndarray = GRID
+) -> list[str]:
+    """A table's ``last: λ auto``, ``mean: λ auto`` and ``mean: best (c)`` cells of ``curve``'s
+    two curves, auto being the constant ``c``."""
+    best = int(np.argmax(mean))
+    return [
+        f"{at(last, c, grid):.3f}",
+        f"{at(mean, c, grid):.3f}",
+        f"{mean[best]:.3f} ({grid[best]:.3g})",
+    ]

@@ -104,15 +104,7 @@ def main() -> None:
             mean = np.array(
                 [metric(np.mean([pc[w][i] for pc in per], 0)) for i in range(len(grid))]
             )
-            rows.append(
-                [
-                    name,
-                    w,
-                    f"{_lm_score.at(last, AUTO_C):.3f}",
-                    f"{_lm_score.at(mean, AUTO_C):.3f}",
-                    f"{mean.max():.3f} ({grid[mean.argmax()]:.3g})",
-                ]
-            )
+            rows.append([name, w, *_lm_score.cells(last, mean, AUTO_C, grid)])
             print(" | ".join(rows[-1]), flush=True)
     print(table(["benchmark", "weights", "last, auto", "mean, auto", "mean, best (c)"], rows))
 

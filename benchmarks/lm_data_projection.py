@@ -219,12 +219,7 @@ def bench_rows(name: str, variant_text: str, root: Path, models: int) -> list[li
             for g in got
         ]
         last, mean = _lm_score.curve(cvs, P, metric, scaling=scaling)
-        best = int(np.argmax(mean))
-        out.append(
-            [name, variant_text, label, f"{_lm_score.at(last, AUTO_C):.3f}",
-             f"{_lm_score.at(mean, AUTO_C):.3f}",
-             f"{mean[best]:.3f} ({_lm_score.GRID[best]:.3g})", f"{secs:.0f}"]
-        )  # fmt: skip
+        out.append([name, variant_text, label, *_lm_score.cells(last, mean, AUTO_C), f"{secs:.0f}"])
     return out
 
 

@@ -71,10 +71,7 @@ def bench_rows(name: str, draws: int, root: Path, models: int) -> list[list[str]
             _lm_score.Curv(one["X"], one["T"], k, max(n, P)) for one, k in zip(got, ks, strict=True)
         ]
         last, mean = _lm_score.curve(cvs, P, metric, scaling="per_target")
-        best = int(np.argmax(mean))
-        return [name, label, f"{_lm_score.at(last, AUTO_C):.3f}",
-                f"{_lm_score.at(mean, AUTO_C):.3f}",
-                f"{mean[best]:.3f} ({_lm_score.GRID[best]:.3g})"]  # fmt: skip
+        return [name, label, *_lm_score.cells(last, mean, AUTO_C)]
 
     out = [row(f"draw {d}", [gr[d] for gr in grams]) for d in range(draws)]
     d = 2
