@@ -127,6 +127,8 @@ def committed_chunks(store: Path, kind: str = "train") -> set[tuple[str, int]]:
     """(model_id or exp/model_id, chunk) of every committed chunk (its done flag file)."""
     out = set()
     for flag in glob.glob(str(store / kind / "**" / "done" / "c" / "*"), recursive=True):
+        if not Path(flag).name.isdigit():  # a flag Zarr is still writing (<chunk>.<id>.partial)
+            continue
         owner = Path(flag).parents[2].relative_to(store / kind).as_posix()
         out.add((owner, int(Path(flag).name)))
     return out
