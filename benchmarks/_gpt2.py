@@ -10,9 +10,10 @@ import inspect
 import torch
 from torch import Tensor, nn
 
-# (n_embd, n_layer, n_head, vocab): about 1M, 25M and 100M parameters at 128 positions
+# (n_embd, n_layer, n_head, vocab): about 1M, 6M, 25M and 100M parameters at 128 positions
 SIZES = {
     "1M": (128, 4, 4, 2048),
+    "6M": (256, 6, 8, 4096),
     "25M": (512, 6, 8, 12288),
     "100M": (768, 12, 12, 16384),
 }

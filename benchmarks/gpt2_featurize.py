@@ -1,6 +1,7 @@
 """Featurisation cost on GPT-2-architecture models against their own training step, one process.
 
     python -m benchmarks.gpt2_featurize [--sizes 1M,25M,100M] [--proj-dim 2048] [--micro-batch 8]
+    python -m benchmarks.gpt2_featurize --sizes 1M,6M --lm-defaults --dense-rounds 3
 
 For each model (``GPT2LMHeadModel`` from a config, random init, eager attention, 128 tokens a
 row; see ``benchmarks/_gpt2.py``) and each variant, micro-batches of ``--micro-batch`` rows are
@@ -16,6 +17,11 @@ micro-batch also runs its sum check); the median is reported:
   and regenerated every micro-batch beyond it (d·p > 4.3·10⁹);
 - ``hooks + kronecker, Q apart``: the same X, with Q from a forward pass of its own (as for a
   task without ``get_outputs_and_q``).
+
+With ``--lm-defaults`` the variants are instead issue 29's: the causal-LM default (Kronecker
+p = 2048 and the sampled-label Fisher's rows G, a second backward), the same with
+``fisher_draws=4``, and the default it replaced (dense p = 512), each as a worker runs it per
+micro-batch; the last column gives each default's time over the old one's.
 
 Dense variants run only where d ≤ ``--dense-max-d``: beyond it, regenerating P costs d·p hash
 evaluations per micro-batch; the table then says so with the time that would take at the hash
@@ -47,6 +53,8 @@ from trak_dist.tasks import resolve_task
 
 TOKENS = 128
 MB = 2**20
+LM_P = (2048, 512)  # --lm-defaults: the causal-LM default's p, and the old default's
+DENSE_CACHE_ENTRIES = 512 * 2**20 * 8  # the torch projector's packed P cache, one bit an entry
 
 
 class PeakRSS:
@@ -128,6 +136,9 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
     hooks = HookGradientComputer(model, task)
     kron = build_featurizer(hooks, "kronecker", p, micro_batch=b)
     variants: dict[str, Callable | None] = {"train step": train_step(model)}
+    if args.lm_defaults:
+        variants.update(lm_default_variants(hooks, d, b))
+        return timed(size, d, variants, batch, args, rate, kron, p_dense=LM_P[1])
     variants["hooks + kronecker"] = featurize(kron)
     variants["hooks + kronecker, Q apart"] = featurize_q_apart(kron)
     dense_ok = d <= args.dense_max_d
@@ -139,6 +150,41 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
         if dense_ok
         else None
     )
+    return timed(size, d, variants, batch, args, rate, kron, p_dense=p)
+
+
+def lm_default_variants(hooks: HookGradientComputer, d: int, b: int) -> dict[str, Callable | None]:
+    """Issue 29's cost goal: the causal-LM default (Kronecker p = 2048 with the sampled-label
+    Fisher's rows G, a second backward), with 4 label draws, and the default it replaced
+    (dense p = 512, XᵀX), each as a worker runs it per micro-batch."""
+    from benchmarks.device.featurize import with_fisher
+
+    new_p, old_p = LM_P
+    lm_new = build_featurizer(hooks, "kronecker", new_p, micro_batch=b, curvature="fisher")
+    old_ok = d * old_p <= DENSE_CACHE_ENTRIES
+    return {
+        f"LM default: kronecker {new_p} + fisher": with_fisher(lm_new),
+        "LM default + fisher_draws=4": with_fisher(lm_new, 4),
+        f"old LM default: dense {old_p}": (
+            featurize(build_featurizer(hooks, "rademacher", old_p, micro_batch=b))
+            if old_ok
+            else None
+        ),
+    }
+
+
+def timed(
+    size: str,
+    d: int,
+    variants: dict[str, Callable | None],
+    batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    args: argparse.Namespace,
+    rate: float,
+    kron: Featurizer,
+    p_dense: int,
+) -> list[list[object]]:
+    """Warm-up, interleaved rounds (``--rounds``; dense ones ``--dense-rounds``), table rows."""
+    p, b = p_dense, args.micro_batch
     times: dict[str, list[float]] = {k: [] for k in variants}
     peaks: dict[str, float] = dict.fromkeys(variants, 0.0)
     for fn in variants.values():  # warm-up: first-call costs, the hook sum check
@@ -161,7 +207,7 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
     base = statistics.median(times["train step"])
     assert isinstance(kron.projector, KroneckerProjector)
     factors = sum(a.numel() + c.numel() for a, c in kron.projector._factors.values()) * 4 / MB
-    rows = []
+    rows: list[list[object]] = []
     for name in variants:
         if not times[name]:
             minutes = d * p / rate / 60
@@ -174,6 +220,10 @@ def run_size(size: str, args: argparse.Namespace, rate: float) -> list[list[obje
         s = statistics.median(times[name])
         extra = f"factors {factors:.1f} MB" if name == "hooks + kronecker" else ""
         rows.append([size, d, name, 1 / s, TOKENS / s, s / base, peaks[name], extra])
+    old = [r for r in rows if str(r[2]).startswith("old LM default") and r[3] != "-"]
+    for r in rows if old else []:
+        if str(r[2]).startswith("LM default"):
+            r[7] = f"{float(old[0][3]) / float(r[3]):.2f} × the old default's time"
     return rows
 
 
@@ -185,6 +235,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dense-rounds", type=int, default=1)
     ap.add_argument("--dense-max-d", type=int, default=2_000_000)
+    ap.add_argument(
+        "--lm-defaults",
+        action="store_true",
+        help="time the causal-LM default (and 4 label draws) against the old default instead",
+    )
     ap.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: steady timings on a shared CPU)"
     )

@@ -137,6 +137,7 @@ def main() -> None:
     base = rules_curves(a.rules, [x for x in a.rules_only.split(",") if x], a.models)
     sets = [(f"pipeline {v}", pipeline_curves(a.lm, v)) for v in a.pipeline.split(",") if v]
     sets += [(fam, lm_curves(a.lm, fam)) for fam in a.families.split(",") if fam]
+    sets = sets or [("no LM curves", [])]  # --pipeline "" --families "": classification alone
     for fam, lm in sets:
         curves = base + lm
         rows, held, c_all = lobo(curves)
