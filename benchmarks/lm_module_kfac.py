@@ -71,6 +71,7 @@ class Options:
     dense: bool = False
     scaling: str = "per_target"  # or "raw"
     rest: int = 0  # > 0: embeddings, tied weights, biases, norms in one shared sketch of this p
+    pca: bool = False  # the factors: top-k eigenvectors of the whole C_l, C_r (LoGra's)
 
 
 def _counted(fb: FactorBlock) -> Tensor:
@@ -184,6 +185,8 @@ def collect(bench: LMBench, state: dict, model_id: int, opts: Options) -> Rotate
                 b.offset for b in bl if isinstance(b, FactorBlock) and b.one_hot
             ),
         )
+    if opts.pca and opts.k:
+        _pca_factors(sketch, model, c, model_id)
     g = _rows(comp_s, sketch, c.train, c.train_labels(), True)
     x = _rows(comp_f, sketch, c.train, c.train_labels(), False)
     t = _rows(comp_f, sketch, c.targets, c.target_labels, False)
@@ -218,6 +221,22 @@ def collect(bench: LMBench, state: dict, model_id: int, opts: Options) -> Rotate
         np.concatenate([ekfac, *(d[2] for d in diag)]),
         rest_cols,
     )
+
+
+def _pca_factors(sketch: ModuleSketch, model: torch.nn.Module, c, model_id: int) -> None:  # type: ignore[no-untyped-def]
+    """``sketch``'s factors: each side's top-k eigenvectors of its whole factor sum (one
+    sampled-label pass with the modules whole, the same draws as the main one)."""
+    whole = ModuleSketch(Options(0, embeddings=sketch.opts.embeddings))
+    whole.one_hot = sketch.one_hot
+    comp = HookGradientComputer(model, SampledLM(torch.Generator().manual_seed(model_id)))
+    _rows(comp, whole, c.train, c.train_labels(), True)
+    k = sketch.opts.k
+    for o in whole.cl:
+        sides = []
+        for cov in (whole.cl[o], whole.cr[o]):
+            vecs = torch.linalg.eigh(cov).eigenvectors.flip(1)[:, :k].float()
+            sides.append(vecs if cov.shape[0] > k else None)
+        sketch.proj[o] = (sides[0], sides[1])
 
 
 def _rest_norms(comp: HookGradientComputer, sketch: ModuleSketch, c) -> float:  # type: ignore[no-untyped-def]
@@ -284,6 +303,7 @@ def bench_rows(
     secs = time.perf_counter() - t0
     flags = f"{opts.rows}, {opts.scaling}" + ", emb" * opts.embeddings + ", dense" * opts.dense
     flags += f", rest {opts.rest}" if opts.rest else ""
+    flags += ", pca" if opts.pca else ""
     head = [name, str(opts.k or "whole"), flags]
     out = []
     for curv in ("kfac", "ekfac"):
@@ -318,6 +338,7 @@ def main() -> None:
     ap.add_argument("--embeddings", action="store_true")
     ap.add_argument("--dense", action="store_true")
     ap.add_argument("--rest", type=int, default=0, help="p of the shared sketch (0: none)")
+    ap.add_argument("--pca", action="store_true", help="PCA factors in place of ±1/√k ones")
     ap.add_argument("--ensemble", default="", help="weights β of EK-FAC beside the default")
     ap.add_argument("--models", type=int, default=60)
     ap.add_argument("--out", type=Path, default=Path(".lds_bench/lm"))
@@ -327,7 +348,7 @@ def main() -> None:
     rows: list[list[str]] = []
     for name in a.only.split(","):
         for k in a.ks.split(","):
-            opts = Options(int(k), a.rows, a.embeddings, a.dense, a.scaling, a.rest)
+            opts = Options(int(k), a.rows, a.embeddings, a.dense, a.scaling, a.rest, a.pca)
             got = bench_rows(name, opts, a.out, a.models, ensemble)
             print(table(HEADER, got), flush=True)
             rows += got
