@@ -4,8 +4,11 @@ local store only the file system can do (a folder whose zarr.json never got writ
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,10 +21,12 @@ from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS
 
 logger = logging.getLogger(__name__)
-# how long a failed set's folder is kept being removed: zarr writes from I/O threads that can
-# outlive the exception which ended the write, and each write makes its parent folders first,
-# so a removed folder can come back (1 in ~200 full-disk failures here) for a few ms
+# how long a failed set's folder must stay away before it counts as removed: zarr writes from
+# I/O threads that can outlive the exception which ended the write, and each write makes its
+# parent folders first, so a removed folder can come back (1 in ~200 full-disk failures here),
+# usually within ms, once more than 0.5 s later on a loaded machine; REMOVE_MAX_S bounds the wait
 REMOVE_SETTLE_S = 0.5
+REMOVE_MAX_S = 10.0
 
 
 def local_dir(node: zarr.Group) -> Path | None:
@@ -90,19 +95,55 @@ def discard_set(parent: zarr.Group | None, group: zarr.Group, name: str) -> None
         logger.warning("could not remove the partial scores %s: %s", group.path, e)
 
 
+def drain_zarr_io(timeout: float = REMOVE_MAX_S) -> None:
+    """Wait (at most ``timeout``) for the tasks still running on zarr's I/O loop: a write that
+    failed inside a gather leaves its sibling writes running, and each makes its parent folders
+    again. zarr keeps the loop in ``zarr.core.sync.loop``, which is not public API: without
+    it (another zarr version), or on that loop's own thread, nothing is waited for."""
+    try:
+        from zarr.core import sync as zsync
+    except ImportError:
+        return
+    running = getattr(zsync, "loop", [None])[0]
+    thread = getattr(zsync, "iothread", [None])[0]
+    if running is None or not running.is_running() or thread is threading.current_thread():
+        return
+
+    async def others_done() -> None:
+        me = asyncio.current_task()
+        others = [t for t in asyncio.all_tasks() if t is not me]
+        if others:
+            await asyncio.wait(others, timeout=timeout)
+
+    try:
+        asyncio.run_coroutine_threadsafe(others_done(), running).result(timeout + 1)
+    except Exception as e:  # a timeout, or a loop closing: the settle loop below still runs
+        logger.debug("zarr's I/O did not settle: %r", e)
+
+
 def remove_dir(path: Path) -> None:
     """Remove a failed set's folder (best effort: the disk may be full; a failure is logged,
-    never raised over the error that failed the set), and again for REMOVE_SETTLE_S while
-    zarr's lagging I/O threads may recreate it."""
-    deadline = time.monotonic() + REMOVE_SETTLE_S
+    never raised over the error that failed the set): once zarr's writes still in flight are
+    done (``drain_zarr_io``), and again whenever a lagging one recreates it, until it has stayed
+    away for REMOVE_SETTLE_S (at most REMOVE_MAX_S)."""
+    drain_zarr_io()
+    start = quiet_since = time.monotonic()
     while True:
         try:
             shutil.rmtree(path)
+            quiet_since = time.monotonic()  # it was there: a lagging write may bring it back
         except FileNotFoundError:
             pass  # gone already, or never made
         except OSError as e:
-            logger.warning("could not remove the partial scores %s: %s", path, e)
+            # ENOTEMPTY: a lagging write added a file while the folder was emptied; try again
+            if e.errno != errno.ENOTEMPTY or time.monotonic() - start >= REMOVE_MAX_S:
+                logger.warning("could not remove the partial scores %s: %s", path, e)
+                return
+            quiet_since = time.monotonic()
+        now = time.monotonic()
+        if now - quiet_since >= REMOVE_SETTLE_S:
             return
-        if time.monotonic() >= deadline:
+        if now - start >= REMOVE_MAX_S:
+            logger.warning("the partial scores %s kept coming back; left for the next run", path)
             return
         time.sleep(0.05)
