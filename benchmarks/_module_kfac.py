@@ -12,6 +12,7 @@ from torch import Tensor
 
 from benchmarks._lm_benches import LMBench
 from benchmarks._lm_curvature import LogLik, SampledLM, _batches, loaded
+from benchmarks.lm_data_projection import _counted
 from trak_dist.gradients import HookGradientComputer, kronecker_views
 from trak_dist.projection import FactorBlock, GradBlock, KroneckerProjector
 from trak_dist.tasks import resolve_task
@@ -30,11 +31,6 @@ class Options:
     pca: bool = False  # the factors: top-k eigenvectors of the whole C_l, C_r (LoGra's)
 
 
-def _counted(fb: FactorBlock) -> Tensor:
-    right = fb.right.abs().sum(-1) > 0
-    return right if fb.one_hot else right & (fb.left.abs().sum(-1) > 0)
-
-
 class ModuleSketch:
     """Per module (keyed by its offset): the projection factors and the factors' sums."""
 
@@ -45,6 +41,7 @@ class ModuleSketch:
         self.cr: dict[int, Tensor] = {}
         self.shared = shared  # ``rest``: the shared sketch, and the offsets it takes
         self.one_hot: set[int] = set()
+        self.rest_norm = 0.0  # Σ ‖g‖² of the shared sketch's blocks, unprojected, when fitting
 
     def _factor(self, size: int, seed: int) -> Tensor | None:
         k = self.opts.k
@@ -66,15 +63,22 @@ class ModuleSketch:
         right = fb.right.float()
         return (left if pl is None else left @ pl), (right if pr is None else right @ pr)
 
+    def _is_rest(self, block: GradBlock | FactorBlock) -> bool:
+        """Whether the shared sketch takes ``block``: a bias or norm weight, or a weight with
+        an embedding (one-hot) use."""
+        return isinstance(block, GradBlock) or block.offset in self.one_hot
+
     def blocks(self, blocks: list, fit: bool) -> dict[int, Tensor]:
         """``{offset: [B, a·b]}`` per-sample projected gradients; with ``fit`` the factors'
         sums over counted positions grow."""
         out: dict[int, Tensor] = {}
         if self.shared is not None:
-            rest = [b for b in blocks if isinstance(b, GradBlock) or b.offset in self.one_hot]
+            rest = [b for b in blocks if self._is_rest(b)]
+            blocks = [b for b in blocks if not self._is_rest(b)]
             if rest:
                 out[REST] = self.shared.project(rest, 0)
-            blocks = [b for b in blocks if not any(b is r for r in rest)]
+                if fit:
+                    self.rest_norm += sum(_squared_norm(b) for b in rest)
         for fb in blocks:
             if isinstance(fb, GradBlock):
                 if self.opts.dense:
@@ -90,6 +94,12 @@ class ModuleSketch:
                 self.cl[fb.offset] = self.cl.get(fb.offset, 0) + lm.T @ lm
                 self.cr[fb.offset] = self.cr.get(fb.offset, 0) + rm.T @ rm
         return out
+
+
+def _squared_norm(block: GradBlock | FactorBlock) -> float:
+    """Σ over the batch of ‖g‖² of the block's per-sample gradients, formed."""
+    parts = [block] if isinstance(block, GradBlock) else block.grad_blocks()
+    return sum(float((p.grad.double() ** 2).sum()) for p in parts)
 
 
 def _rows(
@@ -149,7 +159,7 @@ def collect(bench: LMBench, state: dict, model_id: int, opts: Options) -> Rotate
     xs, ts, kf, ek, diag = [], [], [], [], []
     rest, rest_cols = None, 0
     if REST in g:  # the shared sketch: its Gram's eigenbasis, in the modules' units
-        scale = math.sqrt(_rest_norms(comp_s, sketch, c) / (g[REST] ** 2).sum())
+        scale = math.sqrt(sketch.rest_norm / (g[REST] ** 2).sum())
         gr, xr, tr = (z.pop(REST) * scale for z in (g, x, t))
         e, v = np.linalg.eigh(gr.T @ gr)
         rest = (xr @ v, tr @ v, np.clip(e, 0, None))
@@ -193,20 +203,3 @@ def _pca_factors(sketch: ModuleSketch, model: torch.nn.Module, c, model_id: int)
             vecs = torch.linalg.eigh(cov).eigenvectors.flip(1)[:, :k].float()
             sides.append(vecs if cov.shape[0] > k else None)
         sketch.proj[o] = (sides[0], sides[1])
-
-
-def _rest_norms(comp: HookGradientComputer, sketch: ModuleSketch, c) -> float:  # type: ignore[no-untyped-def]
-    """Σ ‖g‖² of the sampled rows' gradients in the shared sketch's blocks, unprojected: its
-    rows are scaled so that their Gram's trace is this (the modules' blocks keep norms)."""
-    total = 0.0
-
-    def sink(blocks: list) -> None:
-        nonlocal total
-        for b in blocks:
-            if isinstance(b, GradBlock) or b.offset in sketch.one_hot:
-                for gb in [b] if isinstance(b, GradBlock) else b.grad_blocks():
-                    total += float((gb.grad.double() ** 2).sum())
-
-    for batch in _batches(c.train, c.train_labels(), 16):
-        comp.stream(batch, sink)
-    return total

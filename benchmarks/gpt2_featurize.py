@@ -220,10 +220,10 @@ def timed(
         s = statistics.median(times[name])
         extra = f"factors {factors:.1f} MB" if name == "hooks + kronecker" else ""
         rows.append([size, d, name, 1 / s, TOKENS / s, s / base, peaks[name], extra])
-    old = [r for r in rows if str(r[2]).startswith("old LM default") and r[3] != "-"]
-    for r in rows if old else []:
-        if str(r[2]).startswith("LM default"):
-            r[7] = f"{float(old[0][3]) / float(r[3]):.2f} × the old default's time"
+    old = next((r for r in rows if str(r[2]).startswith("old LM default") and r[3] != "-"), None)
+    for r in rows:
+        if old is not None and str(r[2]).startswith("LM default"):
+            r[7] = f"{float(old[3]) / float(r[3]):.2f} × the old default's time"
     return rows
 
 
