@@ -1,8 +1,9 @@
 """trak_dist's pipeline itself on the causal-LM benchmarks (issue 29): today's default against
-the sampled-label Fisher curvature (``featurize.curvature=fisher``), with kronfluence's EK-FAC
-from ``lm_quality``'s cache, on the same checkpoints and cached subset models.
+the sampled-label Fisher curvature (``featurize.curvature=fisher``), and the peers (kronfluence,
+Bergson), on the same checkpoints and cached subset models, in one table.
 
     python -m benchmarks.lm_pipeline --only syn_llama,syn_llama_prompt --models 60
+    python -m benchmarks.lm_pipeline --peers   # + kronfluence and Bergson (requirements-peers)
 
 Per benchmark, two stores written by ``run_pipeline`` on the in-process executor (one thread):
 
@@ -17,7 +18,12 @@ and the λ curves (c · tr(K) / min(r, p), r = ``scoring.rank_bound``, on ``_lm_
 saved for ``benchmarks.lambda_lobo``) are computed from the stored X, targets and K by
 ``_lm_score`` (the same formula; its value at c = 1.25 is checked against the pipeline's).
 Featurisation cost: CPU seconds of the train shards (``ShardResult.cpu_seconds``), both stores
-side by side.
+side by side; and each store's whole run (``phases["total"]``: featurise, reduce, score at
+every p) in wall seconds per checkpoint, the peers' unit.
+With ``--peers``, the peers on the same checkpoints and subset models, in the same table:
+kronfluence 1.0.1's identity, KFAC and EK-FAC (``lm_quality.kronfluence``) and Bergson 2.5.1's
+EK-FAC, TrackStar and TRAK (``_bergson_peers``), their cost as wall seconds of one checkpoint's
+whole pipeline; without it, kronfluence's EK-FAC from the cache if it is there.
 Subset models are only read here (``_lm_truth`` trains them); a benchmark with fewer cached
 models than ``--models`` uses those it has.
 """
@@ -155,7 +161,7 @@ def stored_curvatures(store_path: Path) -> list[_lm_score.Curv]:
 
 
 def bench_rows(
-    name: str, root: Path, models: int, draws: tuple[int, ...] = ()
+    name: str, root: Path, models: int, draws: tuple[int, ...] = (), peers: bool = False
 ) -> tuple[list[list[str]], dict]:
     broot = root / name
     if name == "facts":  # fact retrieval: the MRR of the stating document, no subset models
@@ -216,24 +222,49 @@ def bench_rows(
                     f"{piped:.3f} ({_lm_score.at(mean, AUTO_C):.3f})",
                     f"{mean[best]:.3f} ({_lm_score.GRID[best]:.3g})",
                     f"{info['cpu']['train']:.1f} ({cost:.2f}×)",
+                    f"{info['phases']['total'] / len(ckpts):.1f}",
                     str(len(outputs)) if name != "facts" else "MRR",
                 ]
             )
-    rows += ekfac_rows(name, broot, metric, len(outputs))
+    rows += peer_rows(name, bench, states, broot, metric, peers)
     return rows, curves
 
 
-def ekfac_rows(name: str, broot: Path, metric, models: int) -> list[list[str]]:  # type: ignore[no-untyped-def]
-    """kronfluence EK-FAC from ``lm_quality``'s cache (``kf_ekfac_c<i>.npy``), if there."""
-    paths = sorted(broot.glob("kf_ekfac_c*.npy"))
-    if not paths:
-        return [[name, "kronfluence EK-FAC", "full", "-", "not run", "-", "-", "-", "-"]]
-    mats = [np.load(p) for p in paths]
-    last, mean = metric(mats[-1]), metric(np.mean(mats, 0))
-    return [
-        [name, "kronfluence EK-FAC", "full", str(len(mats)), f"{last:.3f}", f"{mean:.3f}", "-",
-         "-", str(models)]
-    ]  # fmt: skip
+def peer_rows(  # type: ignore[no-untyped-def]
+    name: str,
+    bench: LMBench | FactsBench,
+    states: list,
+    broot: Path,
+    metric,
+    peers: bool,
+) -> list[list[str]]:
+    """The peers' rows: with ``peers``, kronfluence's identity, KFAC and EK-FAC and Bergson's
+    EK-FAC, TrackStar and TRAK (both installed from ``benchmarks/requirements-peers.txt``; run
+    once, cached under ``broot``); without, kronfluence's EK-FAC from the cache, if there.
+    Their cost: wall seconds of a checkpoint's whole pipeline (curvature, queries, scoring;
+    for Bergson also its process start, about 5 s)."""
+    from benchmarks import lm_quality
+    from benchmarks._lm_peers import STRATEGIES
+
+    kf = [(f"kronfluence {s}", "full", lm_quality.kronfluence, s) for s in STRATEGIES]
+    if not peers:
+        runs = kf[-1:] if (broot / "kf_ekfac_c0.npy").exists() else []
+    else:
+        from benchmarks import _bergson_peers
+
+        bg = [
+            (f"bergson {m}", p, _bergson_peers.scores, m) for m, p in _bergson_peers.SKETCH.items()
+        ]
+        runs = kf + bg
+    rows = []
+    for label, sketch, run, method in runs:
+        mats, secs = run(bench, states, broot, method)
+        last, mean = metric(mats[-1]), metric(np.mean(mats, 0))
+        rows.append(
+            [name, label, sketch, str(len(mats)), f"{last:.3f}", f"{mean:.3f}", "-",
+             "-", f"{secs:.1f}", "-"]
+        )  # fmt: skip
+    return rows
 
 
 HEADER = [
@@ -245,6 +276,7 @@ HEADER = [
     "mean: λ auto, pipeline (offline)",
     "mean: best λ (c)",
     "train featurise CPU s (× before)",
+    "whole pipeline wall s / ckpt",
     "subset models",
 ]
 
@@ -260,12 +292,18 @@ def main() -> None:
         help="also featurise with featurize.fisher_draws = each of these (e.g. 2,4): stores "
         "pipeline_fisher<D>.zarr, curves as variant 'fisher<D>' (lambda_lobo --pipeline)",
     )
+    ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run kronfluence's identity, KFAC, EK-FAC and Bergson's EK-FAC, TrackStar, "
+        "TRAK (install benchmarks/requirements-peers.txt first)",
+    )
     a = ap.parse_args()
     draws = tuple(int(d) for d in a.draws.split(",") if d)
     torch.set_num_threads(1)
     rows: list[list[str]] = []
     for name in a.only.split(","):
-        got, curves = bench_rows(name, a.out, a.models, draws)
+        got, curves = bench_rows(name, a.out, a.models, draws, a.peers)
         np.savez(a.out / name / "pipeline_curves.npz", **curves)
         rows += got
         print(table(HEADER, got), flush=True)

@@ -154,9 +154,11 @@ def dense_rows(root: Path, p: int, ckpts: int) -> list[tuple[np.ndarray, np.ndar
 
 
 def kronfluence(bench: LMBench, states: list, root: Path, strategy: str) -> tuple[list, float]:
+    """kronfluence ``strategy``'s ``[n, m]`` scores per checkpoint (cached under ``root``) and
+    the mean seconds of one checkpoint (factors + scores)."""
     from benchmarks import _lm_peers
 
-    mats, secs = [], 0.0
+    mats, secs = [], []
     for i, st in enumerate(states):
         path = root / f"kf_{strategy}_c{i}.npy"
         info = root / f"kf_{strategy}_c{i}.json"
@@ -165,8 +167,9 @@ def kronfluence(bench: LMBench, states: list, root: Path, strategy: str) -> tupl
             np.save(path, s)
             info.write_text(json.dumps({"factor_s": tf, "score_s": ts}))
         mats.append(np.load(path))
-        secs = json.loads(info.read_text())["factor_s"] + json.loads(info.read_text())["score_s"]
-    return mats, secs
+        t = json.loads(info.read_text())
+        secs.append(t["factor_s"] + t["score_s"])
+    return mats, float(np.mean(secs))
 
 
 def curvatures(passes: list[dict], n: int, tokens: int) -> dict[str, list[_lm_score.Curv]]:
