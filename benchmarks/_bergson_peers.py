@@ -142,6 +142,10 @@ def scores(
         path, info = root / f"bg_{method}_c{i}.npy", root / f"bg_{method}_c{i}.json"
         if not path.exists():
             run = inp / f"{method}_c{i}"
+            # A run takes seconds (EK-FAC) to minutes (TRAK on the CPU): say which one is on.
+            print(
+                f"bergson {method}, checkpoint {i + 1}/{len(states)} (log: {run}.log)", flush=True
+            )
             s = _run(method, inp, i, run, length)
             np.save(path, _read_scores(run))
             info.write_text(json.dumps({"seconds": s}))
