@@ -89,8 +89,12 @@ class LMBench:
         )
         return GPT2LMHeadModel(cfg)
 
-    def train(self, indices: np.ndarray, seed: int, snapshots: int = 1) -> list[dict[str, Tensor]]:
-        """States after each ``1/snapshots`` of the epochs of AdamW on ``indices``."""
+    def train(
+        self, indices: np.ndarray, seed: int, snapshots: int = 1, moments: list | None = None
+    ) -> list[dict[str, Tensor]]:
+        """States after each ``1/snapshots`` of the epochs of AdamW on ``indices``; with
+        ``moments``, AdamW's second moments (``exp_avg_sq`` by parameter name) at each snapshot
+        are appended to it."""
         torch.manual_seed(seed)
         model = self.model().train()
         c = self.corpus()
@@ -108,6 +112,11 @@ class LMBench:
                 opt.step()
             if (e + 1) * snapshots % self.epochs == 0:
                 out.append({k: v.clone() for k, v in model.state_dict().items()})
+                if moments is not None:
+                    names = {id(p): n for n, p in model.named_parameters()}
+                    moments.append(
+                        {names[id(p)]: st["exp_avg_sq"].clone() for p, st in opt.state.items()}
+                    )
         return out
 
     def outputs(self, state: dict[str, Tensor]) -> np.ndarray:

@@ -33,6 +33,28 @@ def checkpoints(name: str, root: Path) -> list[dict[str, torch.Tensor]]:
     return torch.load(path, weights_only=True)
 
 
+def adam_moments(name: str, root: Path) -> list[dict[str, torch.Tensor]]:
+    """AdamW's second moments at the snapshots of ``checkpoints``: that run again (same data,
+    seed and recipe), its states checked against the cached ones first."""
+    path = root / name / "adam_moments.pt"
+    if not path.exists():
+        bench = BENCHES[name]
+        moments: list[dict[str, torch.Tensor]] = []
+        again = bench.train(np.arange(len(bench.corpus().train)), 0, CHECKPOINTS, moments)
+        for i, (a, b) in enumerate(zip(again, checkpoints(name, root), strict=True)):
+            err = max(
+                float((a[k] - b[k]).abs().max() / b[k].abs().max().clamp(min=1e-12)) for k in b
+            )
+            print(f"{name} snapshot {i}: rerun vs cached state, max relative difference {err:.2e}")
+            if err > 1e-2:
+                raise SystemExit(
+                    f"{name}: the rerun drifted from the cached checkpoint ({err:.2e})"
+                )
+        torch.save(moments, str(path) + ".tmp")
+        os.replace(str(path) + ".tmp", path)
+    return torch.load(path, weights_only=True)
+
+
 def masks(name: str, models: int) -> np.ndarray:
     """``[models, n]`` bool."""
     n = len(BENCHES[name].corpus().train)

@@ -17,7 +17,14 @@ Kronecker factors, as K-FAC fits them), then the factors are:
   of the K-FAC-whitened gradient, so row inner products estimate gᵀ (C_l ⊗ C_r)⁻¹ g';
 - ``pca``: the top-k eigenvectors of C_l and C_r (LoGra's PCA initialisation), each column
   with a random sign so that modules sharing a column do not add up coherently; ``pca:left``
-  / ``pca:right`` on one side only, ``pca:permuted`` with each module's columns shuffled.
+  / ``pca:right`` on one side only, ``pca:permuted`` with each module's columns shuffled;
+- ``adam``: the random factors with the rows of L scaled by r_i^{-1/2} · (Σ r)^{1/2} and those of
+  R by c_j^{-1/2}, where r and c are the row and column sums of the matrix view of AdamW's
+  second moments v at that checkpoint (``_lm_truth.adam_moments``): the sketch of the gradient
+  divided by Adafactor's factored √v (TrackStar's and LESS's optimizer-aware normalisation, in
+  the form that keeps the Kronecker structure); a gradient the projector forms (biases, norm
+  weights, a weight whose module view is not its projection view) is divided by √v + 10⁻⁸
+  exactly and projected with the plain factors.
 
 Modules the hook engine gives no factors for (norm weights) keep ±1 factors (``whiten``
 drops them: there is no C to whiten with; ``pca`` scales them by 1/√k like the unit-norm
@@ -49,12 +56,13 @@ from trak_dist.tasks import resolve_task
 
 P = 2048
 AUTO_C = 1.25
-VARIANTS = "random,whiten:0.1,whiten:1,pca,pca:left,pca:right,pca:permuted"
+VARIANTS = "random,whiten:0.1,whiten:1,pca,pca:left,pca:right,pca:permuted,adam"
 
 
 @dataclass(frozen=True)
 class Variant:
-    """``random``, ``whiten:<damp>``, ``pca``, ``pca:left``, ``pca:right``, ``pca:permuted``."""
+    """``random``, ``whiten:<damp>``, ``pca``, ``pca:left``, ``pca:right``, ``pca:permuted``,
+    ``adam``."""
 
     kind: str
     damp: float = 1.0
@@ -70,7 +78,7 @@ class Variant:
             return cls(
                 kind, sides=arg if arg in ("left", "right") else "both", permute=arg == "permuted"
             )
-        if kind == "random" and not arg:
+        if kind in ("random", "adam") and not arg:
             return cls(kind)
         raise SystemExit(f"unknown variant {text!r}; expected one of {VARIANTS}")
 
@@ -139,17 +147,25 @@ def _top(c: Tensor, k: int, gen: torch.Generator, permute: bool) -> Tensor:
 class DataKronecker(KroneckerProjector):
     """The Kronecker projection with ``variant``'s factors from ``cov``."""
 
-    def configure(self, cov: Covariances, variant: Variant) -> None:
-        self.cov, self.variant = cov, variant
+    def configure(self, cov: Covariances, variant: Variant, second: Tensor | None = None) -> None:
+        """``second``: AdamW's flat second moments in the layout's order (``adam``)."""
+        self.cov, self.variant, self.second = cov, variant, second
         self._data: dict[int, tuple[Tensor, Tensor]] = {}
+        self._plain = False  # ``adam``: a formed gradient, already divided by √v
 
     def factors(self, model_id: int, index: int) -> tuple[Tensor, Tensor]:
         left, right = super().factors(model_id, index)
+        if self._plain:
+            return left, right
         if index not in self._data:
             view, v = self.views[index], self.variant
             k = left.shape[1]
             cs = self.cov.of(view.offset, view.rows, view.cols)
-            if cs is None:
+            if v.kind == "adam":
+                pair = _adafactor(
+                    self._second_view(view.offset, view.numel, view.cols), left, right
+                )
+            elif cs is None:
                 pair = (
                     (left / math.sqrt(k), right / math.sqrt(k))
                     if v.kind == "pca"
@@ -167,13 +183,42 @@ class DataKronecker(KroneckerProjector):
             self._data[index] = pair
         return self._data[index]
 
+    def _second_view(self, offset: int, numel: int, cols: int) -> Tensor:
+        assert self.second is not None
+        v = self.second[offset : offset + numel].double()
+        rows = -(-numel // cols)  # the view's zero-padded last row: padded with the mean here
+        return torch.cat([v, v.mean().expand(rows * cols - numel)]).reshape(rows, cols)
+
     def _add_dense(self, out: Tensor, gb: GradBlock, model_id: int) -> None:
-        if self.variant.kind != "whiten":
+        if self.variant.kind == "adam":  # formed: divided by √v exactly, plain factors
+            assert self.second is not None
+            v = self.second[gb.offset : gb.offset + gb.grad.shape[1]]
+            self._plain = True
+            try:
+                super()._add_dense(out, GradBlock(gb.offset, gb.grad / (v.sqrt() + 1e-8)), model_id)
+            finally:
+                self._plain = False
+        elif self.variant.kind != "whiten":
             super()._add_dense(out, gb, model_id)
 
 
-def collect(bench: LMBench, state: dict, model_id: int, variant: Variant, micro: int = 16) -> dict:
-    """``X``, ``G`` (sampled-label rows) and ``T`` of one checkpoint, projected at ``P``."""
+def _adafactor(v: Tensor, left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
+    """``left``, ``right`` with rows scaled so that Lᵀ G R sketches G / √(r cᵀ / Σ r)."""
+    r, c = v.sum(1).clamp(min=1e-30), v.sum(0).clamp(min=1e-30)
+    rs = (r.rsqrt() * r.sum().sqrt()).to(left.dtype)
+    return rs[:, None] * left, c.rsqrt().to(right.dtype)[:, None] * right
+
+
+def collect(
+    bench: LMBench,
+    state: dict,
+    model_id: int,
+    variant: Variant,
+    micro: int = 16,
+    moments: dict[str, Tensor] | None = None,
+) -> dict:
+    """``X``, ``G`` (sampled-label rows) and ``T`` of one checkpoint, projected at ``P``
+    (``moments``: AdamW's second moments by parameter name, for ``adam``)."""
     model = loaded(bench, state)
     c = bench.corpus()
     comp_f = HookGradientComputer(model, resolve_task("causal_lm"))
@@ -182,12 +227,16 @@ def collect(bench: LMBench, state: dict, model_id: int, variant: Variant, micro:
         return HookGradientComputer(model, SampledLM(torch.Generator().manual_seed(model_id)))
 
     cov = Covariances()
-    if variant.kind != "random":
+    if variant.kind not in ("random", "adam"):
         comp_s = sampled()
         for batch in _batches(c.train, c.train_labels(), micro):
             comp_s.stream(batch, cov.add)
     proj = DataKronecker(comp_f.layout.grad_dim, P, 0, kronecker_views(model, comp_f.layout))
-    proj.configure(cov, variant)
+    second = None
+    if variant.kind == "adam":
+        assert moments is not None, "adam needs the checkpoint's AdamW second moments"
+        second = torch.cat([moments[name].reshape(-1) for name in comp_f.layout.names])
+    proj.configure(cov, variant, second)
 
     def rows(comp: HookGradientComputer, ids: Tensor, labels: Tensor) -> np.ndarray:
         return projected_rows(comp, proj, ids, labels, model_id, micro)
@@ -207,7 +256,11 @@ def bench_rows(name: str, variant_text: str, root: Path, models: int) -> list[li
     states = _lm_truth.checkpoints(name, root)
     variant = Variant.parse(variant_text)
     t0 = time.perf_counter()
-    got = [collect(BENCHES[name], st, i, variant) for i, st in enumerate(states)]
+    moms = _lm_truth.adam_moments(name, root) if variant.kind == "adam" else [None] * len(states)
+    got = [
+        collect(BENCHES[name], st, i, variant, moments=mo)
+        for i, (st, mo) in enumerate(zip(states, moms, strict=True))
+    ]
     secs = time.perf_counter() - t0
     n = got[0]["X"].shape[0]
     out = []
