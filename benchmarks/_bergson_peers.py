@@ -38,6 +38,7 @@ from benchmarks._lm_benches import LMBench
 #   0.1 × the mean eigenvalue, Bergson's own default for every other inversion. p = 512, the
 #   trak_dist default's p: at p = 2048 its CPU projection took 11 minutes a checkpoint.
 # - every query is scored on its own (``aggregation none``), as trak_dist and kronfluence do.
+TRAK_P = 512
 METHODS = {
     "ekfac": ["ekfac", "--method", "kfac", "--hessian_cfg.ev_correction"],
     "trackstar": ["trackstar"],
@@ -48,14 +49,14 @@ METHODS = {
         "--projection_target",
         "global",
         "--projection_dim",
-        "512",
+        str(TRAK_P),
         "--damping_factor",
         "0.1",
     ],
 }
 # What each pipeline keeps of a gradient (its "p"): EK-FAC full gradients, TrackStar its
-# default 16 × 16 projection per module, TRAK one 512-column projection.
-SKETCH = {"ekfac": "full", "trackstar": "16² / module", "trak": "512"}
+# default 16 × 16 projection per module, TRAK one TRAK_P-column projection.
+SKETCH = {"ekfac": "full", "trackstar": "16² / module", "trak": str(TRAK_P)}
 
 
 def _tokenizer(vocab: int, length: int):
@@ -92,12 +93,11 @@ def inputs(bench: LMBench | FactsBench, states: list, root: Path) -> Path:
     if done.exists():
         return out
     c = bench.corpus()
-    tok = _tokenizer(bench.model().config.vocab_size, c.train.shape[1])
     for i, st in enumerate(states):
         model = bench.model()
         model.load_state_dict(st)
         model.save_pretrained(out / f"model_c{i}")
-        tok.save_pretrained(out / f"model_c{i}")
+        _tokenizer(model.config.vocab_size, c.train.shape[1]).save_pretrained(out / f"model_c{i}")
     _dataset(c.train, c.train_labels(), out / "train")
     _dataset(c.targets, c.target_labels, out / "query")
     done.write_text("")

@@ -22,14 +22,23 @@ from trak_dist.store import subset_mask
 CHECKPOINTS = 3
 
 
+def _checkpoint_run(name: str, moments: list | None = None) -> list[dict[str, torch.Tensor]]:
+    """The run ``checkpoints`` caches: every document, seed 0, CHECKPOINTS snapshots."""
+    bench = BENCHES[name]
+    return bench.train(np.arange(len(bench.corpus().train)), 0, CHECKPOINTS, moments)
+
+
+def _save(obj: object, path: Path) -> None:
+    """``torch.save`` to ``path`` whole or not at all (write, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)
+
+
 def checkpoints(name: str, root: Path) -> list[dict[str, torch.Tensor]]:
     path = root / name / "checkpoints.pt"
     if not path.exists():
-        bench = BENCHES[name]
-        states = bench.train(np.arange(len(bench.corpus().train)), 0, snapshots=CHECKPOINTS)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(states, str(path) + ".tmp")
-        os.replace(str(path) + ".tmp", path)
+        _save(_checkpoint_run(name), path)
     return torch.load(path, weights_only=True)
 
 
@@ -38,9 +47,8 @@ def adam_moments(name: str, root: Path) -> list[dict[str, torch.Tensor]]:
     seed and recipe), its states checked against the cached ones first."""
     path = root / name / "adam_moments.pt"
     if not path.exists():
-        bench = BENCHES[name]
         moments: list[dict[str, torch.Tensor]] = []
-        again = bench.train(np.arange(len(bench.corpus().train)), 0, CHECKPOINTS, moments)
+        again = _checkpoint_run(name, moments)
         for i, (a, b) in enumerate(zip(again, checkpoints(name, root), strict=True)):
             err = max(
                 float((a[k] - b[k]).abs().max() / b[k].abs().max().clamp(min=1e-12)) for k in b
@@ -50,8 +58,7 @@ def adam_moments(name: str, root: Path) -> list[dict[str, torch.Tensor]]:
                 raise SystemExit(
                     f"{name}: the rerun drifted from the cached checkpoint ({err:.2e})"
                 )
-        torch.save(moments, str(path) + ".tmp")
-        os.replace(str(path) + ".tmp", path)
+        _save(moments, path)
     return torch.load(path, weights_only=True)
 
 

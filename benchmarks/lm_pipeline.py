@@ -248,7 +248,8 @@ def peer_rows(  # type: ignore[no-untyped-def]
 
     kf = [(f"kronfluence {s}", "full", lm_quality.kronfluence, s) for s in STRATEGIES]
     if not peers:
-        runs = kf[-1:] if (broot / "kf_ekfac_c0.npy").exists() else []
+        cached = (broot / "kf_ekfac_c0.npy").exists()
+        runs = [r for r in kf if r[3] == "ekfac"] if cached else []
     else:
         from benchmarks import _bergson_peers
 
