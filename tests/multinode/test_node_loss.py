@@ -13,6 +13,7 @@ from tests.multinode._jobs import FAULTS, assert_same_bits
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.multinode]
 DIGITS = {"train": 3 * 1500, "target": 3 * 297}
+SHARD = 64  # rows of a FAULTS shard: at most its chunks are committed by the lost worker
 BLOCKS = 24  # score blocks of FAULTS: 1500 train rows in blocks of 64, all 297 targets in one
 
 
@@ -49,5 +50,10 @@ def test_worker_nodes_lost_while_featurising_and_while_scoring(cluster, s3_clien
     (variant,) = report["variants"]
     assert report["worker_restarts"] >= 1, report  # featurisation
     assert variant["scoring"]["worker_restarts"] >= 1, variant["scoring"]
-    assert report["rows_computed"] == DIGITS  # a rerun shard recomputes only uncommitted chunks
+    # A rerun shard recomputes only uncommitted chunks: no row is computed twice. A chunk the
+    # lost worker committed before it died is counted as reused by the rerun (the lost worker's
+    # own count never reaches the driver; CI, 2026-11-29: 64 train rows).
+    done = {kind: report["rows_computed"][kind] + report["rows_reused"][kind] for kind in DIGITS}
+    assert done == DIGITS, report
+    assert report["rows_computed"]["train"] >= DIGITS["train"] - SHARD, report
     assert assert_same_bits(local.store("faults"), store) == {"checkpoints": 3, "variants": 1}
