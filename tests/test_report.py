@@ -76,6 +76,9 @@ def test_report_shows_lambda_per_checkpoint_and_label_agreement(scored):
     per = ", ".join(f"{x:.3g}" for x in auto["lambdas"])
     assert f"- λ: auto (1.25 × tr(K) / min(r, p)); per checkpoint: {per}" in text
     assert "- λ: 0.5 (fixed)" in text
+    # what the features and K are, from the store's spec (synthetic_spec: rademacher, d = P)
+    assert f"- method: rademacher projection of {P} gradient entries to p = {P} (float32); " in text
+    assert text.count("- checkpoints combined: mean_abs (each K⁻¹ divided by") == 2
     assert "LDS: not measured; `trak-dist eval`" in text
     # agreement: share of each target's top-4 proponents with its label (independently here)
     top = store.score_set("t", auto["variant"]).read_topk()["proponents_idx"]

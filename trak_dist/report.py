@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from trak_dist._method import describe, method_line, scaling_line
 from trak_dist._version import __version__
 from trak_dist.errors import StoreStateError
 from trak_dist.explain import shorten
@@ -41,11 +42,10 @@ def _chance(train: Any, targets: Any, shown: int, sample: int = 5000) -> float:
     return float(np.mean([np.mean(labels == _label(targets, t)) for t in range(shown)]))
 
 
-def _lds(store: str, exp: str, variant: str, options: dict[str, Any]) -> dict[str, Any]:
+def _lds(opened: FeatureStore, exp: str, variant: str) -> dict[str, Any]:
     """``{"lds": {...}}`` when the store has subset models for ``exp``, else ``{}``."""
     from trak_dist.lds import store_lds  # scipy: only when there is something to measure
 
-    opened = FeatureStore.open(store, mode="r", options=options)
     if opened.eval_set(exp) is None:
         return {}
     try:
@@ -99,6 +99,8 @@ def summarize(
         "task_retries": result.task_retries,
         "variants": [],
     }
+    opened = FeatureStore.open(result.store, mode="r", options=result.store_options)
+    out["method"] = describe(opened.spec)
     train = targets = None
     if train_ref is not None and target_ref is not None:
         train = build_dataset(train_ref, data_kwargs or {}, "data.train")
@@ -112,6 +114,7 @@ def summarize(
             "path": v.path,
             "lambdas": [float(f"{x:.4g}") for x in v.lambdas],
             "seconds": round(v.seconds, 3),
+            "kinv_scaling": v.kinv_scaling,
             "scoring": {
                 "write_scores": v.write_scores,
                 "super_block": v.super_block,
@@ -125,7 +128,7 @@ def summarize(
             },
             "examples": [],
         }
-        entry.update(_lds(result.store, result.exp, v.variant, result.store_options))
+        entry.update(_lds(opened, result.exp, v.variant))
         for t in range(min(SHOW_TARGETS, result.m)):
             ex: dict[str, Any] = {
                 "target": t,
@@ -166,6 +169,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
         f"- store: `{summary['store']}` (n={summary['n']} train, m={summary['m']} targets, "
         f"{summary['checkpoints']} checkpoints, features of width {summary['feature_dim']}, "
         f"format version {summary['store_format_version']})",
+        *method_line(summary.get("method")),
         f"- trak_dist {summary['trak_dist_version']}",
         f"- rows computed: {summary['rows_computed']}, reused from the store: "
         f"{summary['rows_reused']}; worker restarts {summary['worker_restarts']}, "
@@ -248,6 +252,7 @@ def _quality(v: dict[str, Any]) -> list[str]:
         lines = [f"- λ: auto ({auto_rule()}); per checkpoint: {per}"]
     else:
         lines = [f"- λ: {v['lambda_reg']} (fixed){'; per checkpoint: ' + per if per else ''}"]
+    lines += scaling_line(v.get("kinv_scaling"))
     if "lds" in v:
         d = v["lds"]
         lines.append(

@@ -28,6 +28,7 @@ from trak_dist.config import (
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.examples import tiny_lm
 from trak_dist.pipeline import Reducer, Worker, prepare
+from trak_dist.report import summarize, to_markdown
 from trak_dist.scoring import AUTO_SCALE, gram
 from trak_dist.store import FeatureStore, variant_name
 
@@ -201,3 +202,33 @@ def test_label_draws_need_the_fisher_and_must_match_the_store(tmp_path, lm_check
     again = dataclasses.replace(cfg, featurize=dataclasses.replace(cfg.featurize, fisher_draws=1))
     with pytest.raises(StoreMismatchError, match="fisher_draws: store has 2, requested 1"):
         prepare(again)
+
+
+def test_the_run_report_names_what_auto_resolved_to(tmp_path, lm_checkpoints):
+    """``featurize.curvature=auto`` and ``scoring.kinv_scaling=auto`` on a causal LM: the
+    report says the Fisher with its draws and the per-target weights (read from the store and
+    the score set), where the config only said ``auto``; an XᵀX job says XᵀX and traker's
+    weights."""
+    cfg = lm_job(tmp_path / "r.zarr", lm_checkpoints, fisher_draws=2)
+    summary = summarize(run_in_process(cfg))
+    assert summary["method"] == {
+        "projection": "kronecker",
+        "grad_dim": sum(p.numel() for p in tiny_lm.make_model(n_embd=16).parameters()),
+        "proj_dim": P,
+        "dtype": "float32",
+        "curvature": "fisher",
+        "fisher_draws": 2,
+    }
+    (variant,) = summary["variants"]
+    assert variant["kinv_scaling"] == "per_target"
+    text = to_markdown(summary)
+    d = summary["method"]["grad_dim"]
+    assert (
+        f"- method: kronecker projection of {d:,} gradient entries to p = {P} (float32); "
+        "K = GᵀG of the sampled-label Fisher (2 label draws per train example)"
+    ) in text
+    assert "- checkpoints combined: per_target (each checkpoint weighs the same" in text
+    xtx = lm_job(tmp_path / "x.zarr", lm_checkpoints[:1], curvature="xtx")
+    text = to_markdown(summarize(run_in_process(xtx)))
+    assert f"to p = {P} (float32); K = XᵀX of the train features" in text
+    assert "- checkpoints combined: mean_abs (each K⁻¹ divided by its mean |entry|" in text

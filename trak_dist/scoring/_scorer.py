@@ -45,6 +45,7 @@ class ScoreResult:
         bytes_read, bytes_written: by the blocks computed and the final merge (not Y).
         worker_restarts: score workers replaced during this scoring (Ray).
         block_seconds: the blocks' compute time, summed over the workers that ran them.
+        kinv_scaling: how each checkpoint weighed in the mean (resolved: never ``auto``).
     """
 
     exp: str
@@ -65,6 +66,7 @@ class ScoreResult:
     bytes_written: int = 0
     worker_restarts: int = 0
     block_seconds: float = 0.0
+    kinv_scaling: str = "mean_abs"
 
 
 class Scorer:
@@ -178,6 +180,7 @@ class Scorer:
             bytes_read=job.bytes_read,
             bytes_written=job.bytes_written,
             block_seconds=job.block_seconds,
+            kinv_scaling=str(sset.attrs.get("kinv_scaling", "mean_abs")),
         )
 
     def stop_scores(self, discard: bool = False) -> None:
