@@ -47,6 +47,20 @@ def test_metadata_roundtrip_and_mismatch(store_path):
         assert field in str(e.value) and "new store path" in str(e.value)
 
 
+def test_a_mismatch_lists_every_setting_and_reads_on_one_line():
+    """Each differing setting on its own line, ended by ``;`` or ``.``: the command line prints
+    the message on one line (``failures.exit_on``), where the items must still read apart."""
+    with pytest.raises(StoreMismatchError) as e:
+        spec(seed=1, proj_dim=128).check_compatible(spec(), "s.zarr")
+    assert (
+        "the store at s.zarr was written with different settings:\n"
+        "  - proj_dim: store has 64, requested 128;\n"
+        "  - seed: store has 0, requested 1.\n"
+        "Use a new store path"
+    ) in str(e.value)
+    spec(proj_dim=32).check_compatible(spec(), "s.zarr")  # a smaller p: the stored prefix
+
+
 def test_the_train_set_is_bound_by_what_was_committed(store_path):
     """Like checkpoints: while no train row is committed, other data takes the store over (a run
     stopped by a bad row, rerun with the row fixed); once rows are, it is refused, by name."""

@@ -108,8 +108,8 @@ class FeatureSpec:
         if diffs:
             raise StoreMismatchError(
                 f"the store at {where} was written with different settings:\n  - "
-                + "\n  - ".join(diffs)
-                + "\nUse a new store path for the new settings, or open it with the stored "
+                + ";\n  - ".join(diffs)
+                + ".\nUse a new store path for the new settings, or open it with the stored "
                 "ones (a smaller proj_dim is fine: it reuses the prefix of the stored features)."
             )
 
