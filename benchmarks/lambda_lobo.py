@@ -101,12 +101,9 @@ def worst(curves: list, c: float) -> float:
 def with_draws(curves: list, e: float) -> list:
     """The curves under the rule λ = c · D^(-e) · tr(K) / min(r, p), D the label draws of a
     ``fisher<D>`` pipeline curve (1 for every other): its grid, in the rule's units, × D^e."""
-    out = []
-    for bench, label, grid, q in curves:
-        var = label.split()[0]
-        d = int(var[6:]) if var.startswith("fisher") and var[6:].isdigit() else 1
-        out.append((bench, label, grid * d**e, q))
-    return out
+    from benchmarks.lm_pipeline import draws_of
+
+    return [(b, label, grid * draws_of(label.split()[0]) ** e, q) for b, label, grid, q in curves]
 
 
 def lobo(curves: list, exponents: tuple[float, ...] = (0.0,)) -> tuple[list[list], float, float]:
@@ -115,23 +112,24 @@ def lobo(curves: list, exponents: tuple[float, ...] = (0.0,)) -> tuple[list[list
     ``exponents`` (``with_draws``), c and e are chosen together on the rest: the held-out
     benchmark sees neither."""
     benches = sorted({cv[0] for cv in curves})
+    shifted = {e: with_draws(curves, e) for e in exponents}
     rows, worst_held = [], 1.0
     for b in benches:
         # the best worst fraction on the rest; among ties (the binding curve is often one
         # that e does not move), the best mean fraction
         best = (-1.0, -1.0, 0.0, 0.0)
         for e in exponents:
-            rest = [cv for cv in with_draws(curves, e) if cv[0] != b]
+            rest = [cv for cv in shifted[e] if cv[0] != b]
             for c in C_GRID:
                 key = (round(worst(rest, c), 6), float(np.mean([fraction(cv, c) for cv in rest])))
                 if key > best[:2]:
                     best = (*key, e, float(c))
         score, _, e, c = best
-        held = worst([cv for cv in with_draws(curves, e) if cv[0] == b], c)
+        held = worst([cv for cv in shifted[e] if cv[0] == b], c)
         worst_held = min(worst_held, held)
         chosen = f"{c:.3g}" if len(exponents) == 1 else f"{c:.3g}, e = {e:g}"
         rows.append([b, chosen, f"{held:.3f}", f"{score:.3f}"])
-    first = with_draws(curves, exponents[0])
+    first = shifted[exponents[0]]
     c_all = float(C_GRID[int(np.argmax([worst(first, c) for c in C_GRID]))])
     return rows, worst_held, c_all
 

@@ -87,6 +87,11 @@ def cached_truth(name: str, root: Path, models: int) -> tuple[np.ndarray, np.nda
     return masks, np.stack([np.load(path) for _, path in found])
 
 
+def draws_of(variant: str) -> int:
+    """Label draws per row of a variant: D for ``fisher<D>``, 1 for ``fisher`` and the rest."""
+    return int(variant.removeprefix("fisher") or 1) if variant.startswith("fisher") else 1
+
+
 def job(
     bench: LMBench | FactsBench,
     ckpts: list[Path],
@@ -97,7 +102,7 @@ def job(
 ) -> JobConfig:
     c = bench.corpus()
     fisher = variant.startswith("fisher")
-    draws = int(variant.removeprefix("fisher") or 1) if fisher else 1
+    draws = draws_of(variant)
     return JobConfig(
         proj_dim=PS[-1] if fisher else 512,
         lambda_reg="auto",

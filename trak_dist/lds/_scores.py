@@ -86,7 +86,7 @@ def store_lds(
                 lambda_reg=lam if isinstance(lam, str) else float(lam),
                 lambdas=[float(x) for x in attrs.get("lambdas", [])],
                 result=lds(pred, margins.astype(np.float64), bootstrap, seed=seed),
-                kinv_scaling=str(attrs.get("kinv_scaling", "mean_abs")),
+                kinv_scaling=sset.kinv_scaling,
                 model_ids=[int(c) for c in attrs.get("model_ids", [])],
             )
         )

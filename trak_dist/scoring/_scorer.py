@@ -180,7 +180,7 @@ class Scorer:
             bytes_read=job.bytes_read,
             bytes_written=job.bytes_written,
             block_seconds=job.block_seconds,
-            kinv_scaling=str(sset.attrs.get("kinv_scaling", "mean_abs")),
+            kinv_scaling=sset.kinv_scaling,
         )
 
     def stop_scores(self, discard: bool = False) -> None:

@@ -173,6 +173,12 @@ class ScoreSet:
         return dict(self.group.attrs)
 
     @property
+    def kinv_scaling(self) -> str:
+        """How the set's checkpoints were combined (``scoring.kinv_scaling``, resolved); a set
+        written before the attribute existed used traker's ``mean_abs``."""
+        return str(self.group.attrs.get("kinv_scaling", "mean_abs"))
+
+    @property
     def complete(self) -> bool:
         return bool(self.group.attrs.get("complete", False))
 
