@@ -102,6 +102,9 @@ class RayClusterJob:
             return self._drive(address, len(env.hostnames))
         finally:
             if env.global_rank == 0:
+                # the report makes this folder only after a run that succeeds: made here, a
+                # failed run ends with its own error, not a FileNotFoundError that hid it
+                done.parent.mkdir(parents=True, exist_ok=True)
                 done.touch()
             _stop(ray_proc)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
+import submitit
 from torch.utils.data import Dataset
 
 from launch._executor import pending, share
@@ -32,6 +33,7 @@ from tests.fixtures.pipeline import (
     stored_features,
     traker_scores,
 )
+from trak_dist import failures
 from trak_dist._compose import compose_job
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore, variant_name
@@ -216,6 +218,32 @@ def test_ray_mode_runs_a_cluster_inside_the_allocation(
     assert job.state == "COMPLETED"
     left = subprocess.run(["pgrep", "-f", f"gcs_server.*{cfg.store.path}"], capture_output=True)
     assert left.returncode == 1  # nothing of the job's Ray survives it
+
+
+def test_ray_mode_reports_the_driver_s_own_error(slurm, tmp_path, digits_checkpoints, monkeypatch):
+    """A job that fails on the allocation (a truncated checkpoint, read first by the workers)
+    ends with that error as the job's last line, as a local run prints it; before, the head's
+    cleanup raised FileNotFoundError for its report folder, which the job never made, and hid
+    it."""
+    monkeypatch.chdir(ROOT)
+    for key, value in LOOPBACK_ENV.items():
+        monkeypatch.setenv(key, value)
+    torn = tmp_path / "torn.pt"
+    data = digits_checkpoints[0].read_bytes()
+    torn.write_bytes(data[: len(data) // 2])
+    cfg = small_job(tmp_path / "s.zarr", [torn], shard_rows=256)
+    job = submit_ray(
+        cfg,
+        tmp_path / "jobs",
+        cpus_per_node=2,
+        partition=slurm,
+        port=free_port(),
+        head_ip="127.0.0.1",
+        timeout_min=10,
+    )
+    with pytest.raises(submitit.core.utils.FailedJobError) as e:
+        job.result()
+    assert f"checkpoint {torn} could not be loaded" in failures.last_error_line(str(e.value))
 
 
 def test_ray_mode_evaluates_inside_the_allocation(slurm, tmp_path, digits_checkpoints, monkeypatch):
