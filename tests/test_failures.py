@@ -4,8 +4,10 @@ optional extra."""
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +84,13 @@ def test_reported_exit_codes(capsys, monkeypatch):
         raise KeyboardInterrupt
     assert e.value.code == 130
     assert capsys.readouterr().err == f"prog: interrupted; {failures.RESUME}.\n"
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as e, failures.reported("prog"):
+        os.kill(os.getpid(), signal.SIGTERM)  # `kill`, `ray job stop`, `scancel`
+        time.sleep(5)  # the handler raises before this ends
+    assert e.value.code == 143
+    assert capsys.readouterr().err == f"prog: terminated (SIGTERM); {failures.RESUME}.\n"
+    assert signal.getsignal(signal.SIGTERM) is before
     with pytest.raises(KeyError), failures.reported("prog"):  # a bug: its traceback stays
         raise KeyError("bug")
     monkeypatch.setenv(failures.DEBUG_ENV, "1")

@@ -87,3 +87,9 @@ class LabelError(DataError):
     def at(self, rows: Sequence[int], where: str) -> LabelError:
         """The same error with positions mapped through ``rows`` (e.g. to dataset rows)."""
         return LabelError(self.labels, [int(rows[p]) for p in self.positions], self.classes, where)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``ray job stop``, ``scancel``, ``kill``), raised as Ctrl-C is, so that every
+    ``except KeyboardInterrupt`` cleans up the same; told apart where the program reports it
+    (exit 143, as a shell reports SIGTERM)."""

@@ -9,12 +9,15 @@ import errno
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
-from trak_dist.errors import TrakDistError
+from trak_dist.errors import Terminated, TrakDistError
 
 DEBUG_ENV = "TRAK_DIST_DEBUG"
 RESUME = "committed chunks are kept: rerun the same command to resume"
@@ -161,13 +164,26 @@ def exit_on(e: BaseException, prog: str) -> None:
 
 @contextmanager
 def reported(prog: str, resume: str = RESUME) -> Iterator[None]:
-    """Expected failures end the program with one line (exit 2); Ctrl-C with a note on how to
-    resume (``resume``; exit 130, as a shell reports SIGINT)."""
+    """Expected failures end the program with one line (exit 2); Ctrl-C and SIGTERM (where
+    the program turned it into ``Terminated``) with a note on how to resume (``resume``; exit
+    130 or 143, as a shell reports SIGINT or SIGTERM)."""
+    on_sigterm = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _terminate) if on_sigterm else None
     try:
         yield
+    except Terminated:
+        print(f"{prog}: terminated (SIGTERM); {resume}.", file=sys.stderr)
+        raise SystemExit(143) from None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; {resume}.", file=sys.stderr)
         raise SystemExit(130) from None
     except Exception as e:
         exit_on(e, prog)
         raise
+    finally:
+        if on_sigterm:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated

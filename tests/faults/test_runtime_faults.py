@@ -53,6 +53,7 @@ from trak_dist.store import FeatureStore, variant_name
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 N_TRAIN, N_TARGETS = 1500, 297
 RESUME_LINE = "trak-dist: interrupted; committed chunks are kept: rerun the same command to resume."
+TERMINATED_LINE = RESUME_LINE.replace("interrupted", "terminated (SIGTERM)")
 
 
 @pytest.fixture(scope="module")
@@ -233,10 +234,22 @@ def _digits(kind: str, faults: dict[int, float | int] | None = None, rows: int |
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, reference):
-    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-featurisation: exit
-    130, one line saying how to resume, no process of the job left; the same command resumes
-    from the committed chunks and scores as a clean run."""
+@pytest.mark.parametrize(
+    ("signum", "group", "code", "line"),
+    [
+        (signal.SIGINT, True, 130, RESUME_LINE),
+        (signal.SIGTERM, False, 143, TERMINATED_LINE),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_an_interrupt_stops_cleanly_and_the_rerun_resumes(
+    user, digits_checkpoints, reference, signum, group, code, line
+):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM (to the driver
+    alone, as `kill`, `ray job stop` or `scancel` send it) mid-featurisation: exit 130 or 143,
+    one line saying how to resume (before SIGTERM was handled: Ray's C++ stack dump, exit 1),
+    no process of the job left; the same command resumes from the committed chunks and scores
+    as a clean run."""
     store = user / "store.zarr"
     args = job_args(user, digits_checkpoints, store, "featurize.shard_rows=64")
     proc = subprocess.Popen(
@@ -254,12 +267,15 @@ def test_sigint_stops_cleanly_and_the_rerun_resumes(user, digits_checkpoints, re
             time.sleep(0.05)
         assert proc.poll() is None, f"the job ended before it could be interrupted: {proc.stderr}"
         job = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        os.killpg(proc.pid, signal.SIGINT)
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
         _, err = proc.communicate(timeout=180)
     finally:
         _kill(proc)
-    assert proc.returncode == 130
-    assert our_lines(err) == [RESUME_LINE]
+    assert proc.returncode == code, err[-3000:]
+    assert our_lines(err) == [line]
     assert len(job) >= 4, "the job's Ray processes were not seen"
     left = still_running(job, timeout=30)
     assert left == [], "processes of the interrupted job are still running"

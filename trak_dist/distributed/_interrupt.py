@@ -1,7 +1,10 @@
-"""Ctrl-C for a driver that spends its time inside Ray's blocking calls.
+"""Ctrl-C and SIGTERM for a driver that spends its time inside Ray's blocking calls.
 
 ``ray.wait``/``ray.get`` can absorb the KeyboardInterrupt raised while they block (a job ran to
-its end, exit 0, after a SIGINT), so Ctrl-C also sets a flag the driver checks every ``POLL_S``."""
+its end, exit 0, after a SIGINT), so the signal also sets a flag the driver checks every
+``POLL_S``. SIGTERM (``ray job stop``, ``scancel``, ``kill``, ``docker stop``) stops the job the
+same way (``_ray.connect`` keeps this handler across ``ray.init``, whose own aborts the driver
+with a C++ stack dump and leaves its actors to die after it)."""
 
 from __future__ import annotations
 
@@ -9,31 +12,33 @@ import signal
 import threading
 from types import FrameType, TracebackType
 
+from trak_dist.errors import Terminated
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class CtrlC:
-    """While active (main thread only), SIGINT sets ``hit`` and raises KeyboardInterrupt;
-    ``check()`` raises it again where Ray may have swallowed it. The previous handler comes back
-    on exit."""
+    """While active (main thread only), SIGINT raises KeyboardInterrupt and SIGTERM
+    ``Terminated``, and either sets ``hit``; ``check()`` raises it again where Ray may have
+    swallowed it. The previous handlers come back on exit."""
 
     def __init__(self) -> None:
-        self.hit = False
-        self._previous: object = None
-        self._active = False
+        self.hit: KeyboardInterrupt | None = None
+        self._previous: dict[int, object] = {}
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._note)
-            self._active = True
+            self._previous = {signum: signal.signal(signum, self._note) for signum in SIGNALS}
         return self
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        self.hit = True
-        raise KeyboardInterrupt
+        self.hit = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise self.hit
 
     def check(self) -> None:
-        """Raise KeyboardInterrupt if Ctrl-C was pressed since entering."""
-        if self.hit:
-            raise KeyboardInterrupt
+        """Raise the interrupt again if one arrived since entering."""
+        if self.hit is not None:
+            raise type(self.hit)()
 
     def __exit__(
         self,
@@ -41,6 +46,14 @@ class CtrlC:
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._active:
-            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
-            self._active = False
+        self._restore()
+        if type(value) is KeyboardInterrupt and isinstance(self.hit, Terminated):
+            # Ray's blocking calls turn the Terminated raised inside them into a plain
+            # KeyboardInterrupt; the program must still report SIGTERM
+            raise Terminated from None
+
+    def _restore(self) -> None:
+        for signum, before in self._previous.items():
+            # None: a handler not set from Python, which cannot be put back
+            signal.signal(signum, signal.SIG_DFL if before is None else before)  # type: ignore[arg-type]
+        self._previous = {}

@@ -77,7 +77,7 @@ class RayExecutor(Executor):
                 )
                 _drain(state)
                 if self.started and (interrupted or not self.keep_alive):
-                    ray.shutdown()
+                    _ray.shutdown()
 
     def start(self, cfg: JobConfig, prep: Prepared) -> None:
         self.cfg, self.prep = cfg, prep

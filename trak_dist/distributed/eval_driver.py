@@ -104,7 +104,7 @@ def run_eval(cfg: JobConfig, on_model: Callable[[int], None] | None = None) -> E
             _train_all(cfg, ev, [int(j) for j in todo], on_model, joined=not started)
         finally:
             if started:
-                ray.shutdown()
+                _ray.shutdown()
     return EvalRun(
         cfg.store.path,
         cfg.scoring.exp_name,
