@@ -129,3 +129,51 @@ def test_ray_job_submit_with_the_working_dir(tmp_path, monkeypatch, digits_check
     assert (out_dir / "trak_report.md").is_file()
     scores = job_scores(small_job(store, digits_checkpoints))
     np.testing.assert_allclose(scores, reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max())
+
+
+def test_ray_job_stop_ends_the_driver_with_one_line(tmp_path, monkeypatch, digits_checkpoints):
+    """`ray job stop` sends the entrypoint SIGTERM (then SIGKILL 3 s later): the driver stops
+    its actors and says how to resume, in the job's log. Before, Ray's own handler ended it
+    with a C++ stack dump ("*** SIGTERM received ***")."""
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    store = tmp_path / "s.zarr"
+    ckpts = ",".join(str(c) for c in digits_checkpoints)
+    entrypoint = [
+        "trak-dist", "cluster=ray", f"store.path={store}", f"hydra.run.dir={tmp_path / 'out'}",
+        f"model.checkpoints=[{ckpts}]", "store.chunk_rows=64", "featurize.shard_rows=64",
+        "progress=false",
+    ]  # fmt: skip
+    job_id = f"stop-{os.getpid()}"
+    with clusters.ray_head(dashboard=True) as head:
+        ray_job = [str(BIN / "ray"), "job"]
+        at = ["--address", head["dashboard"]]
+
+        def call(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*ray_job, *args[:1], *at, *args[1:]],
+                capture_output=True, text=True, env=clusters.env(), timeout=300, cwd=tmp_path,
+            )  # fmt: skip
+
+        deadline = time.time() + 120
+        while True:  # refused before anything runs while the job agent registers
+            out = call("submit", "--no-wait", "--submission-id", job_id, "--", *entrypoint)
+            refused = "No available agent to submit job" in out.stdout + out.stderr
+            if not refused or time.time() > deadline:
+                break
+            time.sleep(2)
+        assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+        deadline = time.time() + 300
+        while not list(store.glob("train/*/done/c/*")) and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(store.glob("train/*/done/c/*")), "no chunk was committed"
+        stop = call("stop", job_id)
+        assert "was stopped" in stop.stdout + stop.stderr, (stop.stdout + stop.stderr)[-3000:]
+        logs = call("logs", job_id).stdout
+        alive = subprocess.run(
+            [str(BIN / "ray"), "list", "actors", "--address", head["address"], "--filter",
+             "state=ALIVE"],
+            capture_output=True, text=True, env=clusters.env(), timeout=120,
+        )  # fmt: skip
+    assert "trak-dist: terminated (SIGTERM); committed chunks are kept" in logs, logs[-3000:]
+    assert "SIGTERM received" not in logs
+    assert "No resource in the cluster" in alive.stdout, alive.stdout[-2000:]
