@@ -101,12 +101,14 @@ class RayClusterJob:
             _wait_port(head_ip, self.port, 300)
             return self._drive(address, len(env.hostnames))
         finally:
-            if env.global_rank == 0:
-                # the report makes this folder only after a run that succeeds: made here, a
-                # failed run ends with its own error, not a FileNotFoundError that hid it
-                done.parent.mkdir(parents=True, exist_ok=True)
-                done.touch()
-            _stop(ray_proc)
+            try:
+                if env.global_rank == 0:
+                    # the report makes this folder only after a run that succeeds: made here,
+                    # a failed run ends with its own error, not a FileNotFoundError that hid it
+                    done.parent.mkdir(parents=True, exist_ok=True)
+                    done.touch()
+            finally:  # whatever the mark does: Ray never outlives the job
+                _stop(ray_proc)
 
     def _drive(self, address: str, nodes: int) -> dict[str, Any]:
         cluster = dataclasses.replace(
