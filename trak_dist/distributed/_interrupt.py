@@ -3,13 +3,15 @@
 ``ray.wait``/``ray.get`` can absorb the KeyboardInterrupt raised while they block (a job ran to
 its end, exit 0, after a SIGINT), so the signal also sets a flag the driver checks every
 ``POLL_S``. SIGTERM (``ray job stop``, ``scancel``, ``kill``, ``docker stop``) stops the job the
-same way (``_ray.connect`` keeps this handler across ``ray.init``, whose own aborts the driver
+same way (``keep_sigterm`` keeps this handler across ``ray.init``, whose own aborts the driver
 with a C++ stack dump and leaves its actors to die after it)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 
 from trak_dist.errors import Terminated
@@ -57,3 +59,27 @@ class CtrlC:
             # None: a handler not set from Python, which cannot be put back
             signal.signal(signum, signal.SIG_DFL if before is None else before)  # type: ignore[arg-type]
         self._previous = {}
+
+
+@contextmanager
+def keep_sigterm() -> Iterator[None]:
+    """The process's own SIGTERM handler (``failures.reported``'s, the driver's ``CtrlC``) put
+    back after ``ray.init`` and ``ray.shutdown`` (``_ray.connect``, ``_ray.shutdown``, serve's
+    start). ``ray.init`` installs a handler that exits (``sys.exit(15)``), then its core worker
+    one that aborts (a C++ stack dump) and leaves the actors to die after the driver;
+    ``ray.shutdown`` leaves the default action. Ray's exit during the call is reported as
+    SIGTERM. Not blocked meanwhile: Ray's daemons would inherit the block and ignore their own
+    stop. So a SIGTERM in the ~20 ms after the core worker starts, or in the second
+    ``ray.shutdown`` takes, still ends the program Ray's way (nothing committed is lost either
+    way). Only a Python handler is put back: a program that chose none keeps Ray's."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    except SystemExit as e:
+        if callable(before) and e.code == signal.SIGTERM:
+            raise Terminated from None
+        raise
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)

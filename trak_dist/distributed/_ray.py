@@ -5,8 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +15,8 @@ from ray._private import ray_constants
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from trak_dist.config import ClusterConfig, JobConfig
-from trak_dist.errors import ConfigError, Terminated
+from trak_dist.distributed._interrupt import keep_sigterm
+from trak_dist.errors import ConfigError
 from trak_dist.pipeline import Reducer, Worker, reducer_device
 from trak_dist.scoring import Scorer
 
@@ -72,33 +71,9 @@ def _loopback() -> Iterator[None]:
                 os.environ[k] = v
 
 
-@contextmanager
-def _keep_sigterm() -> Iterator[None]:
-    """The process's own SIGTERM handler (``failures.reported``'s, the driver's ``CtrlC``) put
-    back after ``ray.init`` and ``ray.shutdown``. ``ray.init`` installs a handler that exits
-    (``sys.exit(15)``), then its core worker one that aborts (a C++ stack dump) and leaves
-    the actors to die after the driver; ``ray.shutdown`` leaves the default action. Ray's exit
-    during the call is reported as SIGTERM. Not blocked meanwhile: Ray's daemons would
-    inherit the block and ignore their own stop. So a SIGTERM in the ~20 ms after the core
-    worker starts, or in the second ``ray.shutdown`` takes, still ends the program Ray's way
-    (nothing committed is lost either way). Only a Python handler is put back: a program that
-    chose none keeps Ray's."""
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.getsignal(signal.SIGTERM) if main else None
-    try:
-        yield
-    except SystemExit as e:
-        if callable(before) and e.code == signal.SIGTERM:
-            raise Terminated from None
-        raise
-    finally:
-        if callable(before):
-            signal.signal(signal.SIGTERM, before)
-
-
 def shutdown() -> None:
-    """``ray.shutdown``, keeping the process's SIGTERM handler (``_keep_sigterm``)."""
-    with _keep_sigterm():
+    """``ray.shutdown``, keeping the process's SIGTERM handler (``keep_sigterm``)."""
+    with keep_sigterm():
         ray.shutdown()
 
 
@@ -116,7 +91,7 @@ def connect(cluster: ClusterConfig) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    with _keep_sigterm():
+    with keep_sigterm():
         _init(cluster)
     return True
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import time
-from types import FrameType
 
 USAGE = """usage: trak-dist serve [OVERRIDE ...]
 
@@ -45,7 +43,6 @@ def main(argv: list[str]) -> int:
             from trak_dist.serve._service import start, stop
 
             url = start(cfg)
-            _stop_on_sigterm()
             print(
                 f"trak-dist serve: ready at {url} (POST {url}attribute; Ctrl-C stops)", flush=True
             )
@@ -59,14 +56,3 @@ def main(argv: list[str]) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return 0
-
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM (``docker stop``, systemd, ``kill``) stops the service as Ctrl-C does: Serve shut
-    down, exit 0. Ray's own handler, installed by ``ray.init``, aborts the process instead (a
-    C++ stack dump, exit -6) and leaves Serve's actors to die after it."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 from trak_dist.config import LOOPBACK, JobConfig, ServeConfig
+from trak_dist.distributed._interrupt import keep_sigterm
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.pipeline import resolve_inputs
 from trak_dist.sources import checkpoint_paths
@@ -96,10 +97,13 @@ def start(cfg: JobConfig) -> str:
     token = read_token(sv)
     check_servable(cfg)
     if not ray.is_initialized():
-        if cfg.cluster.kind in ("local", "inprocess"):
-            ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR)
-        else:
-            ray.init(address=cfg.cluster.address or "auto", logging_level=logging.ERROR)
+        # SIGTERM (docker stop, systemd, kill) stays the program's: the service stops as on
+        # Ctrl-C (serve's CLI), where Ray's handler would abort it and leave Serve's actors
+        with keep_sigterm():
+            if cfg.cluster.kind in ("local", "inprocess"):
+                ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR)
+            else:
+                ray.init(address=cfg.cluster.address or "auto", logging_level=logging.ERROR)
     serve.start(http_options={"host": sv.host, "port": sv.port})
     app = AttributionService.options(  # type: ignore[attr-defined]
         num_replicas=sv.num_replicas,
