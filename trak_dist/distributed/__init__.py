@@ -4,11 +4,13 @@ the driver and the eval driver load on first use of their names."""
 
 from typing import TYPE_CHECKING
 
+from trak_dist.distributed._interrupt import keep_sigterm  # Ray-free: serve's start uses it
+
 if TYPE_CHECKING:
     from trak_dist.distributed.driver import RayExecutor, run_job
     from trak_dist.distributed.eval_driver import EvalRun, run_eval
 
-__all__ = ["EvalRun", "RayExecutor", "run_eval", "run_job"]
+__all__ = ["EvalRun", "RayExecutor", "keep_sigterm", "run_eval", "run_job"]
 _LAZY = {"run_job": "driver", "RayExecutor": "driver", "run_eval": "eval_driver"}
 _LAZY["EvalRun"] = "eval_driver"
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from trak_dist.config import LOOPBACK, JobConfig, ServeConfig
-from trak_dist.distributed._interrupt import keep_sigterm
+from trak_dist.distributed import keep_sigterm
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.pipeline import resolve_inputs
 from trak_dist.sources import checkpoint_paths
