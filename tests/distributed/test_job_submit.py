@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,21 @@ def package(src: Path, dest: Path) -> zipfile.ZipFile:
     excludes = ray_constants.get_runtime_env_default_excludes()
     create_package(str(src), dest, include_gitignore=True, excludes=excludes)
     return zipfile.ZipFile(dest)
+
+
+def submit(
+    run: Callable[[], subprocess.CompletedProcess[str]],
+) -> subprocess.CompletedProcess[str]:
+    """``run`` (a `ray job submit`) until the head takes it, for up to 2 min: a fresh head's
+    dashboard answers before its job agent has registered, and the submission is then refused
+    before anything runs, so trying again is safe."""
+    deadline = time.time() + 120
+    while True:
+        out = run()
+        refused = "No available agent to submit job" in out.stdout + out.stderr
+        if not refused or time.time() > deadline:
+            return out
+        time.sleep(2)
 
 
 def test_the_working_dir_upload_leaves_out_environments_outputs_and_builds(tmp_path):
@@ -108,17 +124,9 @@ def test_ray_job_submit_with_the_working_dir(tmp_path, monkeypatch, digits_check
     with clusters.ray_head(dashboard=True) as head:
         cmd = [str(BIN / "ray"), "job", "submit", "--address", head["dashboard"]]
         cmd += ["--working-dir", str(ROOT), "--", *entrypoint]
-        deadline = time.time() + 120
-        while True:
-            out = subprocess.run(
-                cmd, capture_output=True, text=True, env=clusters.env(), timeout=300, cwd=tmp_path
-            )
-            # a fresh head's dashboard answers before its job agent has registered; the
-            # submission is then refused before anything runs, so trying again is safe
-            refused = "No available agent to submit job" in out.stdout + out.stderr
-            if not refused or time.time() > deadline:
-                break
-            time.sleep(2)
+        out = submit(lambda: subprocess.run(
+            cmd, capture_output=True, text=True, env=clusters.env(), timeout=300, cwd=tmp_path
+        ))  # fmt: skip
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-5000:]
     assert f"Creating a file package for local module '{ROOT}'" in log
@@ -154,13 +162,9 @@ def test_ray_job_stop_ends_the_driver_with_one_line(tmp_path, monkeypatch, digit
                 capture_output=True, text=True, env=clusters.env(), timeout=300, cwd=tmp_path,
             )  # fmt: skip
 
-        deadline = time.time() + 120
-        while True:  # refused before anything runs while the job agent registers
-            out = call("submit", "--no-wait", "--submission-id", job_id, "--", *entrypoint)
-            refused = "No available agent to submit job" in out.stdout + out.stderr
-            if not refused or time.time() > deadline:
-                break
-            time.sleep(2)
+        out = submit(
+            lambda: call("submit", "--no-wait", "--submission-id", job_id, "--", *entrypoint)
+        )
         assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
         deadline = time.time() + 300
         while not list(store.glob("train/*/done/c/*")) and time.time() < deadline:
