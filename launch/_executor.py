@@ -207,7 +207,7 @@ class SlurmExecutor(Executor):
         p = self.prep
         plans = [
             ScorePlan.of(p.n, p.m, r.proj_dim or p.width, len(p.checkpoints), r.scoring,
-                         self.cfg.store.chunk_rows)
+                         p.store.spec.chunk_rows)
             for r in requests
         ]  # fmt: skip
         self._blocks = sum(len(q.row_ranges) * len(q.super_blocks) for q in plans)

@@ -197,6 +197,9 @@ class StoreConfig:
     Attributes:
         path: a directory, or an object store URL (``s3://bucket/prefix/run.zarr``,
             ``gs://…``, ``az://…``; ``pip install 'trak_dist[s3]'``).
+        chunk_rows: rows per chunk, the unit of writes and commits; ``auto``: an existing
+            store's, else about 16 MiB of rows per chunk, 256 to n/8 rows
+            (``store.resolve_chunk_rows``).
         options: an object store's settings (``endpoint``, ``region``, ``allow_http``, …;
             ``retry_timeout`` and ``lease_ttl`` in seconds); credentials come from the
             environment (``AWS_ACCESS_KEY_ID``, …), never from here (docs/cluster.md).
@@ -204,13 +207,14 @@ class StoreConfig:
 
     path: str = "trak_store.zarr"
     codec: str = "none"
-    chunk_rows: int = 256
+    chunk_rows: Any = AUTO
     overwrite: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _one_of(self, "codec", CODECS)
-        _positive(self, "chunk_rows")
+        if self.chunk_rows != AUTO:
+            _positive(self, "chunk_rows")
         check_store_options(self.path, self.options)
 
 
@@ -287,7 +291,8 @@ class JobConfig:
                 "features must be at least as wide as any proj_dim scored from them."
             )
         shard = self.featurize.shard_rows
-        if shard is not None and shard % self.store.chunk_rows:
+        chunk = self.store.chunk_rows
+        if shard is not None and chunk != AUTO and shard % chunk:
             raise ConfigError(
                 f"featurize.shard_rows={shard} is not a multiple of store.chunk_rows="
                 f"{self.store.chunk_rows}; shards must cover whole chunks (concurrent writers "

@@ -24,6 +24,7 @@ from trak_dist.store import (
     dataset_row_hashes,
     file_fingerprint,
     fingerprint,
+    resolve_chunk_rows,
 )
 from trak_dist.tasks import describe, resolve_curvature, resolve_task
 
@@ -98,6 +99,9 @@ def prepare(cfg: JobConfig) -> Prepared:
     if not train_fp:
         hashes = dataset_row_hashes(train)
         train_fp = fingerprint(hashes)
+    dtype = "float16" if cfg.featurize.half_precision else "float32"
+    curvature = resolve_curvature(cfg.featurize.curvature, task)
+    draws = cfg.featurize.fisher_draws if curvature == "fisher" else 0
     spec = FeatureSpec(
         proj_dim=width,
         projection=cfg.projection.kind,
@@ -107,10 +111,18 @@ def prepare(cfg: JobConfig) -> Prepared:
         grad_dim=d,
         train_size=n,
         dataset_fingerprint=train_fp,
-        dtype="float16" if cfg.featurize.half_precision else "float32",
-        chunk_rows=cfg.store.chunk_rows,
+        dtype=dtype,
+        chunk_rows=resolve_chunk_rows(
+            cfg.store.chunk_rows,
+            n,
+            width * np.dtype(dtype).itemsize * (1 + draws),
+            cfg.featurize.shard_rows,
+            None
+            if cfg.store.overwrite
+            else FeatureStore.stored_spec(cfg.store.path, cfg.store.options),
+        ),
         projection_params=projection_params(cfg.projection.kind, model, layout),
-        curvature=resolve_curvature(cfg.featurize.curvature, task),
+        curvature=curvature,
         fisher_draws=cfg.featurize.fisher_draws,  # > 1 with xtx: a ConfigError, nothing written
     )
     store = FeatureStore.create_or_open(
@@ -123,8 +135,9 @@ def prepare(cfg: JobConfig) -> Prepared:
     )
     exp = cfg.scoring.exp_name
     store.ensure_experiment(exp, m, dataset_fingerprint(targets))
+    chunk_rows = store.spec.chunk_rows
     shard_rows = cfg.featurize.shard_rows or auto_shard_rows(
-        n, cfg.store.chunk_rows, cfg.cluster.num_workers or 4
+        n, chunk_rows, cfg.cluster.num_workers or 4
     )
     train_tasks: list[ShardTask] = []
     target_tasks: list[ShardTask] = []
@@ -134,8 +147,7 @@ def prepare(cfg: JobConfig) -> Prepared:
         store.ensure_checkpoint(mid, ckpt)
         if store.read_xtx(mid) is None:
             train_tasks += [
-                ShardTask("train", mid, s, e)
-                for s, e in shard_plan(n, cfg.store.chunk_rows, shard_rows)
+                ShardTask("train", mid, s, e) for s, e in shard_plan(n, chunk_rows, shard_rows)
             ]
         else:
             rows_done["train"] += n

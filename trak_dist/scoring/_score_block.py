@@ -10,14 +10,16 @@ block's flag (``ScoreParts``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from trak_dist.errors import NonFiniteError
-from trak_dist.scoring._plan import BlockResult, BlockTask
-from trak_dist.scoring._topk import TopList, merge_above
-from trak_dist.store import FeatureStore
+from trak_dist.scoring._plan import BlockResult, BlockTask, ScorePlan
+from trak_dist.scoring._topk import TopList, group_extremes, merge_above
+from trak_dist.store import FeatureStore, RowSet, one_thread
 
 # a partial top list shorter than k (a range of fewer than k rows) is padded with entries that
 # sort after every finite score in the total order
@@ -67,35 +69,67 @@ def score_block(
     cols = list(range(t0, t1, plan.target_block))
     best: list[TopList | None] = [None] * len(cols)
     worst: list[TopList | None] = [None] * len(cols)
-    for r0 in range(r_lo, r_hi, plan.train_block):
-        r1 = min(r_hi, r0 + plan.train_block)
-        xs = []
-        qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
-        for rs in train_sets:
-            xa, qa = rs.read(r0, r1, plan.proj_dim), rs.read_q(r0, r1)
-            read += xa.nbytes + qa.nbytes
-            xs.append(torch.as_tensor(xa, device=device).float())
-            qbar += torch.as_tensor(qa, device=device)
+    # one accumulator for every sub-block: a fresh one per product costs its page faults
+    buffer = torch.empty(
+        min(plan.train_block, r_hi - r_lo), min(plan.target_block, t1 - t0), device=device
+    )
+    for r0, r1, xs, qbar, nbytes in _train_blocks(train_sets, r_lo, r_hi, plan, device):
+        read += nbytes
         for j, c0 in enumerate(cols):
             c1 = min(t1, c0 + plan.target_block)
-            acc = torch.zeros(r1 - r0, c1 - c0, dtype=torch.float32, device=device)
+            acc = buffer[: r1 - r0, : c1 - c0].zero_()
             for x, y in zip(xs, ys, strict=True):
                 acc.addmm_(x, y[c0 - t0 : c1 - t0].T)
-            block = acc.div_(c).mul_((qbar / c)[:, None])  # (acc / C) · (Σ_c Q_c / C)
-            if not bool(torch.isfinite(block.sum())):  # a cheap sum first; inf may be a false alarm
+            if c > 1:  # x / 1 is x, bit for bit: one pass fewer for one checkpoint
+                acc.div_(c)
+            block = acc.mul_((qbar / c)[:, None])  # (acc / C) · (Σ_c Q_c / C)
+            high, low = group_extremes(block)  # both sides' bounds
+            # every entry is finite if the extremes are: a sum of them, not of the block (inf
+            # may be a false alarm of the sum: refuse_non_finite_scores looks at the block)
+            if not bool(torch.isfinite(high.sum() - low.sum())):
                 refuse_non_finite_scores(block, r0, c0, label)
             if plan.full:
                 out = block.cpu().numpy()
                 sset.write_block(r0, c0, out)
                 written += out.nbytes
-            best[j] = merge_above(best[j], block, r0, k, largest=True)
-            worst[j] = merge_above(worst[j], block, r0, k, largest=False)
+            best[j] = merge_above(best[j], block, r0, k, largest=True, ext=high)
+            worst[j] = merge_above(worst[j], block, r0, k, largest=False, ext=low)
     # opponents are kept as the proponents of -S (their values negated) until the final merge
     pv, pi = _padded(_cat(best), k)
     ov, oi = _padded(_cat(worst), k)
     values = {"proponents_val": pv, "proponents_idx": pi, "opponents_val": ov, "opponents_idx": oi}
     written += sset.parts.write(t.row_range, t.super_block, t0, values)
     return BlockResult(t, time.perf_counter() - start, read, written)
+
+
+def _train_blocks(
+    train_sets: list[RowSet], r_lo: int, r_hi: int, plan: ScorePlan, device: torch.device | str
+) -> Iterator[tuple[int, int, list[torch.Tensor], torch.Tensor, int]]:
+    """Per train sub-block of rows ``[r_lo, r_hi)``: its rows, X of every checkpoint (float32,
+    on ``device``), Σ_c Q_c, and the bytes read. The next sub-block is read on a thread while
+    the caller scores this one: a read waits on the medium and the checksum, not on the cores
+    the products use, so the matmul never waits for the store (docs/design.md, "Pace")."""
+
+    def read(r0: int) -> tuple[int, int, list[torch.Tensor], torch.Tensor, int]:
+        r1 = min(r_hi, r0 + plan.train_block)
+        xs, nbytes = [], 0
+        qbar = torch.zeros(r1 - r0, dtype=torch.float32, device=device)
+        with one_thread():  # casts bound by memory: see one_thread
+            for rs in train_sets:
+                xa, qa = rs.read(r0, r1, plan.proj_dim), rs.read_q(r0, r1)
+                nbytes += xa.nbytes + qa.nbytes
+                xs.append(torch.as_tensor(xa, device=device).float())
+                qbar += torch.as_tensor(qa, device=device)
+        return r0, r1, xs, qbar, nbytes
+
+    starts = list(range(r_lo, r_hi, plan.train_block))
+    with ThreadPoolExecutor(1, thread_name_prefix="trak-dist-score-reader") as reader:
+        ahead = reader.submit(read, starts[0])
+        for nxt in [*starts[1:], None]:
+            block = ahead.result()
+            if nxt is not None:
+                ahead = reader.submit(read, nxt)
+            yield block
 
 
 def _cat(tops: list[TopList | None]) -> TopList:

@@ -78,7 +78,12 @@ def merge(best: TopList | None, other: TopList, k: int) -> TopList:
 
 
 def merge_above(
-    best: TopList | None, block: torch.Tensor, first_row: int, k: int, largest: bool
+    best: TopList | None,
+    block: torch.Tensor,
+    first_row: int,
+    k: int,
+    largest: bool,
+    ext: torch.Tensor | None = None,
 ) -> TopList:
     """``merge(best, block_topk(block, first_row, k, largest), k)``, the same bits, looking in
     ``block`` ``[r, t]`` only at the entries that can enter the top-k.
@@ -90,9 +95,11 @@ def merge_above(
     bound are read again, and only their entries that reach it are sorted. Over a pass in random
     row order the entries that enter fall as k / blocks seen, so selection costs a small part
     of the matmul that made the block (a ``topk`` per block cost about half of it;
-    docs/design.md, "Scoring at scale")."""
+    docs/design.md, "Scoring at scale"). ``ext``: the block's group extremes of this side
+    (``group_extremes``), where the caller has them."""
     r, t = block.shape
-    ext = _group_extreme(block, largest)  # [⌈r / GROUP⌉, t]
+    if ext is None:
+        ext = group_extremes(block)[0 if largest else 1]  # [⌈r / GROUP⌉, t]
     if not largest:
         ext = -ext  # in the kept values: opponents' are those of -S
     if best is not None and best[0].shape[0] == k:
@@ -126,14 +133,17 @@ PAD = torch.iinfo(torch.int64).max  # the row of an empty slot: after every real
 GROUP = 16  # rows per maximum: the bound costs 1/GROUP of a block, a hit reads GROUP entries
 
 
-def _group_extreme(block: torch.Tensor, largest: bool) -> torch.Tensor:
-    """Per column, the max (``largest``) or min of every GROUP rows of ``block`` ``[r, t]``."""
+def group_extremes(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column, the max and the min of every GROUP rows of ``block`` ``[r, t]``, each
+    ``[⌈r / GROUP⌉, t]`` (both sides' bounds; NaN and ±inf propagate into them, so they also
+    tell whether the block is finite). Two passes: ``aminmax`` over the group axis is several
+    times slower than ``amax`` and ``amin`` together (torch 2.13, CPU)."""
     r, t = block.shape
     whole = r - r % GROUP
     parts = [block[:whole].view(whole // GROUP, GROUP, t), block[whole:].unsqueeze(0)]
     parts = [part for part in parts if part.shape[0] * part.shape[1] > 0]
-    reduce = torch.amax if largest else torch.amin
-    return torch.cat([reduce(part, dim=1) for part in parts])
+    high = torch.cat([torch.amax(part, dim=1) for part in parts])
+    return high, torch.cat([torch.amin(part, dim=1) for part in parts])
 
 
 def _merge_entries(

@@ -1,11 +1,13 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
 from trak_dist.store._cli import main
+from trak_dist.store._chunk_io import one_thread
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._fetch import local_copy
 from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerprint, row_hashes
 from trak_dist.store._integrity import Damage
+from trak_dist.store._layout import resolve_chunk_rows
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._remote import check_options as check_store_options
 from trak_dist.store._remote import is_url, local_path, put_beside, redact
@@ -43,8 +45,10 @@ __all__ = [
     "local_copy",
     "local_path",
     "main",
+    "one_thread",
     "put_beside",
     "redact",
+    "resolve_chunk_rows",
     "row_hashes",
     "scoring_lease",
     "store_lock",

@@ -12,6 +12,7 @@ import numpy as np
 import zarr
 
 from trak_dist.errors import ConfigError, StoreDamagedError
+from trak_dist.store._chunk_io import encode_rows, is_plain, store_chunks
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 
@@ -103,7 +104,12 @@ class CommitFlags:
     def commit(self, start: int, end: int) -> None:
         """Mark the chunks of rows ``[start, end)`` done; call only after their data is written."""
         c0, c1 = self.chunk_range(start, end)
-        self.done[c0:c1] = 1
+        if is_plain(self.done):  # one store call for every flag (Zarr's is one per flag)
+            store_chunks(
+                self.done, encode_rows(self.done, slice(c0, c1), np.ones(c1 - c0, np.uint8))
+            )
+        else:
+            self.done[c0:c1] = 1
 
     def set(self, chunks: np.ndarray, value: bool) -> None:
         """Set or clear the flags of ``chunks`` one key at a time (``store repair``)."""

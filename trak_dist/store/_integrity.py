@@ -15,6 +15,7 @@ import zarr
 from zarr.core.sync import sync
 
 from trak_dist.errors import StoreDamagedError
+from trak_dist.store._chunk_io import all_finite, read_region
 from trak_dist.store._layout import EVAL, STAGED
 
 KINDS = {
@@ -161,12 +162,15 @@ def checked_read(
     )
     region += tuple((0, dim) for dim in arr.shape[len(region) :])
     try:
-        values = np.asarray(arr[selection])
+        direct = read_region(arr, region)
+        values = np.asarray(arr[selection]) if direct is None else direct
     except ValueError as e:
         damage = locate(arr, region, rows)
         if not damage:
             raise
         raise damaged_error(damage, store_location(arr)) from e
+    if rows is None and not any_bad(values):
+        return values
     bad = bad_values(values)
     if rows is not None:
         bad = bad[rows]
@@ -175,3 +179,16 @@ def checked_read(
         if damage:
             raise damaged_error(damage, store_location(arr))
     return values
+
+
+def any_bad(values: np.ndarray) -> bool:
+    """``bad_values(values).any()`` in one vectorised min/max pass (every read of X runs it;
+    the elementwise test is run only where this finds something)."""
+    if values.size == 0:
+        return False
+    if values.dtype.kind == "f":
+        return not all_finite([values])
+    if values.dtype.kind in "ui":
+        low = values.min()
+        return bool(low == 0) if values.dtype.kind == "u" else bool(low < 0)
+    return bool(bad_values(values).any())

@@ -41,6 +41,8 @@ TOPK_ARRAYS = ("proponents_idx", "proponents_val", "opponents_idx", "opponents_v
 CHECKPOINT = "checkpoint"  # a row set's (and a shadow's) checkpoint fingerprint attribute
 PARTIAL, OLD = ".partial-", ".old-"  # score sets being written / being replaced
 CHUNK_BYTES = 64 << 20  # the most bytes one chunk of any array holds (before compression)
+ROW_CHUNK_BYTES = 16 << 20  # what ``store.chunk_rows: auto`` aims a row chunk at
+MIN_CHUNK_ROWS = 256  # ``auto``'s fewest rows per chunk (the fixed default before it)
 
 
 # ---- paths -------------------------------------------------------------------------------------
@@ -177,6 +179,40 @@ def bounded_chunks(
     most = max(1, cap // (r * itemsize))
     cols = shape[1] if shape[1] <= most else math.ceil(shape[1] / math.ceil(shape[1] / most))
     return (r, max(1, cols), *shape[2:])
+
+
+def auto_chunk_rows(n: int, row_bytes: int) -> int:
+    """``store.chunk_rows: auto``: the power of two of rows whose chunk holds about
+    ``ROW_CHUNK_BYTES`` of a row set's arrays (``row_bytes`` per row: X, and G per label draw),
+    at least ``MIN_CHUNK_ROWS``, and at most an eighth of the train set, so that shards still
+    spread over workers. Each row chunk is a file (or object) per array and a commit flag; a
+    file's creation costs as much as writing megabytes on a local disk, so small chunks, not
+    bytes, set a store's pace (docs/store.md, "Speed")."""
+    want = max(1, ROW_CHUNK_BYTES // max(1, row_bytes))
+    rows = 1 << max(0, round(math.log2(want)))
+    eighth = 1 << max(0, (max(1, n // 8)).bit_length() - 1)
+    return max(MIN_CHUNK_ROWS, min(rows, eighth))
+
+
+def resolve_chunk_rows(
+    chunk_rows: int | str,
+    n: int,
+    row_bytes: int,
+    shard_rows: int | None = None,
+    stored: Any = None,
+) -> int:
+    """``store.chunk_rows`` as a number: an int as given; ``auto``: the chunk rows of the store
+    already there (``stored``, its FeatureSpec: a store written before keeps its layout), else
+    ``auto_chunk_rows``, halved until it divides ``shard_rows`` where one is given (a
+    multiple of 256 or a power of two keeps the whole rule)."""
+    if chunk_rows != "auto":
+        return int(chunk_rows)
+    if stored is not None:
+        return int(stored.chunk_rows)
+    rows = auto_chunk_rows(n, row_bytes)
+    while shard_rows and shard_rows % rows and rows > MIN_CHUNK_ROWS:
+        rows //= 2
+    return rows
 
 
 def row_chunks(n: int, width: int, chunk_rows: int, itemsize: int) -> tuple[int, int]:

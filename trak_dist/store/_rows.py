@@ -16,6 +16,14 @@ import zarr
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.store import _layout as layout
 from trak_dist.store._binding import CheckpointBinding
+from trak_dist.store._chunk_io import (
+    EncodedChunk,
+    all_finite,
+    encode_rows,
+    is_plain,
+    one_thread,
+    store_chunks,
+)
 from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._commit import CommitFlags
 from trak_dist.store._finite import refuse_non_finite_rows
@@ -150,13 +158,50 @@ class RowSet:
                 f"{len(self.g_draws)} (the store's fisher_draws)."
             )
         inds = np.arange(start, end)
-        # all checked before any is written
-        x_stored = self.stored(inds, x, q)
+        rows = slice(start, end)
         per_draw = [] if draws is None else list(draws.transpose(1, 0, 2))
-        g_stored = [self.stored(inds, g_d, None) for g_d in per_draw]
-        self.put(slice(start, end), x_stored, q, h)
-        for arr, values in zip(self.g_draws, g_stored, strict=True):
-            _put_columns(arr, slice(start, end), values)
+        # every array's chunks encoded and checked before any is written
+        encoded = [self._encoded(self.X, rows, x, inds, q)]
+        encoded += [
+            self._encoded(a, rows, g_d, inds, None)
+            for a, g_d in zip(self.g_draws, per_draw, strict=True)
+        ]
+        if q is not None and self.Q is not None:
+            encoded.append(
+                self._encoded(self.Q, rows, q.astype(np.float32, copy=False), None, None)
+            )
+        if h is not None:
+            encoded.append(self._encoded(self.H, rows, h.astype(np.uint64, copy=False), None, None))
+        store_chunks(
+            self.X, [c for _, chunks in encoded if isinstance(chunks, list) for c in chunks]
+        )
+        for arr, values in encoded:
+            if not isinstance(values, list):  # a compressed array: Zarr encodes it
+                _put_columns(arr, rows, values)
+
+    def _encoded(
+        self,
+        arr: zarr.Array[Any],
+        rows: slice,
+        values: np.ndarray,
+        inds: np.ndarray | None,
+        q: np.ndarray | None,
+    ) -> tuple[zarr.Array[Any], list[EncodedChunk] | np.ndarray]:
+        """``values`` for ``arr[rows]`` as stored: its chunks' bytes (``_chunk_io``) where the
+        array is plain, else the values cast (Zarr encodes them); ``inds`` (rows of X or G):
+        NonFiniteError before anything is written if a row is not finite as stored."""
+        if inds is not None and values.shape[1] != self.proj_dim:
+            raise ConfigError(
+                f"rows have {values.shape[1]} columns; the store holds {self.proj_dim}."
+            )
+        if not is_plain(arr):
+            return arr, (values if inds is None else self.stored(inds, values, q))
+        with one_thread():
+            chunks = encode_rows(arr, rows, values)
+            finite = inds is None or all_finite([c.data for c in chunks], q)
+        if not finite and inds is not None:
+            self.stored(inds, values, q)  # names the rows and raises
+        return arr, chunks
 
     def describe(self) -> str:
         """Whose rows these are, for messages: ``train rows of model_id=0``."""

@@ -72,6 +72,21 @@ class FeatureStore:
             ) from e
         return cls(root, where, options)
 
+    @staticmethod
+    def stored_spec(
+        path: str | Path, options: Mapping[str, Any] | None = None
+    ) -> FeatureSpec | None:
+        """The spec of the trak_dist store at ``path``, or None where there is none yet."""
+        where = str(path)
+        try:
+            root = zarr.open_group(open_zarr(where, options, read_only=True), mode="r")
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+        meta = root.attrs.get(ATTR)
+        if not isinstance(meta, dict) or "spec" not in meta:
+            return None
+        return FeatureSpec.from_json(meta["spec"])
+
     @classmethod
     def create_or_open(
         cls,
