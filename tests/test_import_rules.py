@@ -41,6 +41,7 @@ MATH_AND_STORE = (
     "trak_dist.projection",
     "trak_dist.scoring",
     "trak_dist.store",
+    "trak_dist.remote",
     "trak_dist.tasks",
     "trak_dist.lds",
     "trak_dist.featurize",

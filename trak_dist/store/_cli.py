@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from trak_dist.errors import ConfigError, TrakDistError
-from trak_dist.store._remote import check_options
+from trak_dist.remote import check_options
 from trak_dist.store._repair import repair
 from trak_dist.store._verify import Report, verify
 

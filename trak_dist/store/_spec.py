@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
-from trak_dist.store._fetch import local_copy
+from trak_dist.remote import local_copy
 from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 
 # 2: checksummed chunks with sentinel fills, row hashes H, staged shadows, checkpoint binding,
@@ -135,7 +135,7 @@ def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:
     (a Hugging Face checkpoint), of every file's relative name and bytes. A URL: its local
     copy's, so a node's download is checked against the fingerprint the store's rows hold."""
     h = hashlib.blake2b(digest_size=16)
-    root = local_copy(path)  # a URL's copy on this node (store/_fetch.py)
+    root = local_copy(path)  # a URL's copy on this node (remote/_fetch.py)
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     for file in files:
         if root.is_dir():

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 class FeatureStore:
     """A trak_dist store on disk or on object storage (``s3://…``, ``gs://…``: ``options`` are
-    its ``store.options``, see ``_remote.py``)."""
+    its ``store.options``, see ``trak_dist/remote/_client.py``)."""
 
     def __init__(
         self, root: zarr.Group, where: str, options: Mapping[str, Any] | None = None
