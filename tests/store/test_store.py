@@ -15,7 +15,7 @@ from trak_dist.store import (
     dataset_fingerprint,
     store_lock,
 )
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import verify
 
 
 def spec(**kw):

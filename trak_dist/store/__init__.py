@@ -2,7 +2,6 @@
 
 from trak_dist.remote import check_options as check_store_options
 from trak_dist.remote import is_url, local_copy, local_path, put_beside, redact
-from trak_dist.store._cli import main
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerprint, row_hashes
@@ -18,6 +17,7 @@ from trak_dist.store._spec import (
     file_fingerprint,
 )
 from trak_dist.store._store import FeatureStore
+from trak_dist.store.verify import main
 
 __all__ = [
     "CODECS",

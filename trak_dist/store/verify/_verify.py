@@ -36,7 +36,8 @@ from trak_dist.store._object_store import open_zarr
 from trak_dist.store._rows import RowSet
 from trak_dist.store._store import FeatureStore
 from trak_dist.store._tree import Tree
-from trak_dist.store._verify_rows import (
+from trak_dist.store._zarr import array, group
+from trak_dist.store.verify._rows import (
     Problem,
     Report,
     check_rows,
@@ -44,7 +45,6 @@ from trak_dist.store._verify_rows import (
     children,
     scores_using,
 )
-from trak_dist.store._zarr import array, group
 
 
 def _for_torn(base: Tree, rel: str) -> tuple[str, ...]:
