@@ -21,8 +21,8 @@ from trak_dist.store import (
 )
 from trak_dist.store._codecs import compressors
 from trak_dist.store._integrity import checked_read
+from trak_dist.store._layout import TOPK_ARRAYS
 from trak_dist.store._metadata import unreadable_metadata
-from trak_dist.store._scores import TOPK_ARRAYS
 from trak_dist.store.verify import repair, verify
 
 N, P, CHUNK = 100, 8, 32

@@ -8,7 +8,6 @@ from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerp
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet, curvature_rows
-from trak_dist.store._scores import ScoreSet, variant_name
 from trak_dist.store._spec import (
     FORMAT_VERSION,
     FeatureSpec,
@@ -17,6 +16,7 @@ from trak_dist.store._spec import (
     file_fingerprint,
 )
 from trak_dist.store._store import FeatureStore
+from trak_dist.store.scores import ScoreSet, variant_name
 from trak_dist.store.verify import main
 
 __all__ = [

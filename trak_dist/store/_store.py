@@ -28,9 +28,9 @@ from trak_dist.store._metadata import ATTR, check_metadata, remove_store, store_
 from trak_dist.store._object_store import open_zarr
 from trak_dist.store._reductions import get_reduction, put_reduction
 from trak_dist.store._rows import RowSet
-from trak_dist.store._scores import ScoreSet
 from trak_dist.store._spec import FeatureSpec
 from trak_dist.store._zarr import attr_int, group, quiet_foreign_nodes
+from trak_dist.store.scores import ScoreSet
 
 logger = logging.getLogger(__name__)
 
