@@ -4,7 +4,12 @@ from trak_dist.remote import check_options as check_store_options
 from trak_dist.remote import is_url, local_copy, local_path, put_beside, redact
 from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
-from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerprint, row_hashes
+from trak_dist.store._fingerprints import (
+    check_unchanged,
+    dataset_row_hashes,
+    fingerprint,
+    row_hashes,
+)
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet, curvature_rows

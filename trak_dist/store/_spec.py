@@ -15,7 +15,7 @@ import torch
 
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.remote import local_copy
-from trak_dist.store._hashes import dataset_row_hashes, fingerprint
+from trak_dist.store._fingerprints import dataset_row_hashes, fingerprint
 
 # 2: checksummed chunks with sentinel fills, row hashes H, staged shadows, checkpoint binding,
 # complete flags, λ per checkpoint, eval/<exp> and projection_params (issues 9-12); version 1
