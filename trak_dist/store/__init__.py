@@ -6,20 +6,17 @@ from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._fingerprints import (
     check_unchanged,
+    checkpoint_fingerprint,
+    dataset_fingerprint,
     dataset_row_hashes,
+    file_fingerprint,
     fingerprint,
     row_hashes,
 )
 from trak_dist.store._integrity import Damage
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet, curvature_rows
-from trak_dist.store._spec import (
-    FORMAT_VERSION,
-    FeatureSpec,
-    checkpoint_fingerprint,
-    dataset_fingerprint,
-    file_fingerprint,
-)
+from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
 from trak_dist.store._store import FeatureStore
 from trak_dist.store.scores import ScoreSet, variant_name
 from trak_dist.store.verify import main
