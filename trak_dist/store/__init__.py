@@ -2,7 +2,6 @@
 
 from trak_dist.remote import check_options as check_store_options
 from trak_dist.remote import is_url, local_copy, local_path, put_beside, redact
-from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._fingerprints import (
     check_unchanged,
@@ -18,6 +17,7 @@ from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet, curvature_rows
 from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
 from trak_dist.store._store import FeatureStore
+from trak_dist.store._zarr import CODECS, DEFAULT_CODEC
 from trak_dist.store.scores import ScoreSet, variant_name
 from trak_dist.store.verify import main
 

@@ -12,8 +12,8 @@ import numpy as np
 import zarr
 
 from trak_dist.errors import ConfigError, StoreDamagedError
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
+from trak_dist.store._zarr import CHECKSUM
 
 
 class CommitFlags:

@@ -18,12 +18,11 @@ import numpy as np
 import zarr
 
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
 from trak_dist.store._layout import y as layout_y
 from trak_dist.store._tree import Tree
-from trak_dist.store._zarr import array, attr_int
+from trak_dist.store._zarr import CHECKSUM, array, attr_int
 from trak_dist.store._zarr import group as child
 from trak_dist.store.scores._files import (
     discard_set,
