@@ -1,5 +1,6 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
+# trak_dist.remote's URL helpers, still exported here for callers of before
 from trak_dist.remote import check_options as check_store_options
 from trak_dist.remote import is_url, local_copy, local_path, put_beside, redact
 from trak_dist.store._eval import EvalSet, subset_mask
