@@ -26,7 +26,7 @@ import torch
 
 from benchmarks._table import table
 from tests.fixtures.synthetic import synthetic_spec
-from trak_dist.scoring import ScoreRequest, ScoringConfig, Scorer, xtx_from_rows
+from trak_dist.scoring import Scorer, ScoreRequest, ScoringConfig, xtx_from_rows
 from trak_dist.store import FeatureStore
 
 
@@ -111,14 +111,11 @@ def main() -> None:
         f"{args.write_scores}, torch threads {torch.get_num_threads()}; median of "
         f"{args.rounds} rounds\n"
     )
-    print(
-        table(
-            ["score blocks s", "plain matmul s", "blocks GFLOP/s", "matmul GFLOP/s",
-             "blocks ÷ matmul", "prepare s", "finish s"],
-            [[med["blocks"], med["plain"], flop / med["blocks"] / 1e9,
-              flop / med["plain"] / 1e9, ratio, med["prepare"], med["finish"]]],
-        )  # fmt: skip
-    )
+    headers = ["score blocks s", "plain matmul s", "blocks GFLOP/s", "matmul GFLOP/s",
+               "blocks ÷ matmul", "prepare s", "finish s"]  # fmt: skip
+    row = [med["blocks"], med["plain"], flop / med["blocks"] / 1e9, flop / med["plain"] / 1e9,
+           ratio, med["prepare"], med["finish"]]  # fmt: skip
+    print(table(headers, [row]))
 
 
 if __name__ == "__main__":

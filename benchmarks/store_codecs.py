@@ -30,7 +30,7 @@ from trak_dist.featurize import Featurizer
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import TorchProjector
 from trak_dist.store import CODECS, FeatureStore, RowSet
-from trak_dist.store._codecs import compressors
+from trak_dist.store._zarr import compressors
 from trak_dist.tasks import ImageClassification
 
 CHUNK = 256

@@ -2,7 +2,8 @@
 every ``import`` and ``from … import`` of ``trak_dist/**/*.py`` and ``launch/**/*.py``, at any
 depth (lazy imports inside functions and ``TYPE_CHECKING`` blocks count too). Beside the rules
 below: packages are closed (from outside, only a package's ``__init__``) and no two packages
-import each other, however indirectly.
+import each other, however indirectly. Last, the rule that shapes the modules themselves: one
+module, one job (``test_one_module_one_job``).
 
 To add a rule (a new package, a new executor), add a :class:`Rule` to ``RULES``; a rule whose
 modules or exemptions name nothing that exists fails, so the table follows renames.
@@ -11,6 +12,7 @@ modules or exemptions name nothing that exists fails, so the table follows renam
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,7 @@ MATH_AND_STORE = (
     "trak_dist.projection",
     "trak_dist.scoring",
     "trak_dist.store",
+    "trak_dist.remote",
     "trak_dist.tasks",
     "trak_dist.lds",
     "trak_dist.featurize",
@@ -266,14 +269,81 @@ def test_the_checker_sees_lazy_relative_and_from_imports():
     assert not under("trak_dist.client", ("trak_dist.cli",))
 
 
-MAX_LINES = 300  # STYLE: small single-purpose modules; a module past this is split
+LONG_LINES = 600  # generous: a module's length follows its job (STYLE.md, "Layout")
+# modules past LONG_LINES, each with the reason its one job needs the length
+LONG_MODULES: dict[str, str] = {}
 
 
-def test_no_module_is_over_300_lines():
-    long = {
-        str(path.relative_to(ROOT)): n
-        for src in SOURCES.values()
-        for path in src.rglob("*.py")
-        if (n := len(path.read_text().splitlines())) > MAX_LINES
+def first_sentence(doc: str) -> str:
+    """A docstring's first sentence, its whitespace collapsed (up to the first ``.``, ``!`` or
+    ``?`` that ends a word, or the whole text)."""
+    text = " ".join(doc.split())
+    end = re.search(r"[.!?](?=\s|$)", text)
+    return text[: end.end()] if end else text
+
+
+def job_problems(
+    sources: dict[str, str], long_ok: dict[str, str], bound: int = LONG_LINES
+) -> list[str]:
+    """What breaks "one module, one job" in ``sources`` (path → text): a module whose docstring
+    does not open with a sentence stating its job (none, or under four words), two modules
+    stating the same job, a module past ``bound`` lines not in ``long_ok`` (path → why), and an
+    entry of ``long_ok`` that names no module past ``bound``."""
+    problems = []
+    jobs: dict[str, list[str]] = {}
+    for path, text in sorted(sources.items()):
+        doc = ast.get_docstring(ast.parse(text, path))
+        job = first_sentence(doc or "")
+        if len(job.split()) < 4:
+            problems.append(f"{path}: its docstring does not open with a sentence stating its job")
+        else:
+            jobs.setdefault(job.lower(), []).append(path)
+        lines = len(text.splitlines())
+        if lines > bound and path not in long_ok:
+            problems.append(
+                f"{path}: {lines} lines, past {bound}: list it in LONG_MODULES with the reason "
+                "its one job needs them, or split it where it does two"
+            )
+    problems += [
+        f"{', '.join(paths)} state the same job: {job!r}"
+        for job, paths in sorted(jobs.items())
+        if len(paths) > 1
+    ]
+    problems += [
+        f"LONG_MODULES names {path}, which is not past {bound} lines (drop it)"
+        for path in sorted(long_ok)
+        if path not in sources or len(sources[path].splitlines()) <= bound
+    ]
+    return problems
+
+
+def test_one_module_one_job():
+    """STYLE.md: one job per module, its length following the job. Every module opens with a
+    docstring whose first sentence states its job, no two state the same one, and a module far
+    past the usual length says why (``LONG_MODULES``)."""
+    sources = {str(path.relative_to(ROOT)): path.read_text() for path in MODULES.values()}
+    problems = job_problems(sources, LONG_MODULES)
+    assert not problems, "one module, one job:\n" + "\n".join(problems)
+
+
+def test_the_one_job_check_can_fail():
+    """The check on made-up sources: each way of breaking the rule is found, and only those."""
+    fine = '"""Reads the rows of a store back. More detail."""\n'
+    sources = {
+        "a.py": fine,
+        "b.py": fine.replace("More", "Other"),  # the same first sentence
+        "c.py": "x = 1\n",  # no docstring
+        "d.py": '"""Helpers."""\n',  # no job stated
+        "e.py": '"""Writes one long table of things."""\n' + "x = 1\n" * 20,
+        "f.py": '"""Writes another long table of things."""\n' + "x = 1\n" * 20,
     }
-    assert not long, f"modules over {MAX_LINES} lines (split them): {long}"
+    problems = job_problems(sources, {"f.py": "a table", "g.py": "gone"}, bound=10)
+    assert [p.split(":")[0].split(",")[0] for p in problems] == [
+        "c.py",
+        "d.py",
+        "e.py",
+        "a.py",
+        "LONG_MODULES names g.py",
+    ]
+    assert "b.py" in problems[3]
+    assert not job_problems({"a.py": fine}, {})

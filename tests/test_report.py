@@ -15,8 +15,7 @@ from trak_dist.lds import store_lds
 from trak_dist.pipeline import JobResult, Reducer
 from trak_dist.report import summarize, to_markdown
 from trak_dist.scoring import ScoreRequest, ScoringConfig
-from trak_dist.store import FeatureStore
-from trak_dist.store._scores import ScoreSet
+from trak_dist.store import FeatureStore, ScoreSet
 
 N, M, P, CLASSES = 120, 9, 10, 3
 

@@ -40,7 +40,7 @@ from tests.fixtures.traker_jobs import train_states as _train_states
 from trak_dist import TRAKer
 from trak_dist.gradients import GradientComputer
 from trak_dist.store import FeatureStore, row_hashes
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import verify
 
 JOBS = Path(__file__).parent / "fixtures" / "traker_jobs.py"
 

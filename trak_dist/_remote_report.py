@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trak_dist.store import is_url, put_beside
+from trak_dist.remote import is_url, put_beside
 
 _DATE = re.compile(r"\d{4}-\d\d-\d\d")
 _SAFE = re.compile(r"[\w.-]+")

@@ -20,9 +20,10 @@ from trak_dist._validate import DEVICES, _one_of, _positive
 from trak_dist.errors import ConfigError
 from trak_dist.gradients import ENGINES
 from trak_dist.projection import BACKENDS, ProjectionKind
+from trak_dist.remote import check_options
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
-from trak_dist.store import CODECS, check_store_options
+from trak_dist.store import CODECS
 from trak_dist.tasks import CURVATURES, task_defaults
 
 CLUSTER_KINDS = ("local", "inprocess", "ray", "slurm")
@@ -215,7 +216,7 @@ class StoreConfig:
         _one_of(self, "codec", CODECS)
         if self.chunk_rows != AUTO:
             _positive(self, "chunk_rows")
-        check_store_options(self.path, self.options)
+        check_options(self.path, self.options)
 
 
 @dataclass(frozen=True)

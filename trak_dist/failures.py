@@ -156,7 +156,7 @@ def exit_on(e: BaseException, prog: str) -> None:
     cause = unwrap(e)
     ours = isinstance(cause, TrakDistError) or type(cause).__module__.startswith("hydra.")
     hint = "" if ours else f" ({DEBUG_ENV}=1 for the traceback)"
-    from trak_dist.store import redact  # no credential of the environment in a message
+    from trak_dist.remote import redact  # no credential of the environment in a message
 
     print(f"{prog}: error: {redact(message)}{hint}", file=sys.stderr)
     raise SystemExit(2) from None

@@ -16,9 +16,10 @@ from trak_dist._version import __version__
 from trak_dist.errors import StoreStateError
 from trak_dist.explain import shorten
 from trak_dist.pipeline import JobResult
+from trak_dist.remote import is_url
 from trak_dist.scoring import AUTO, auto_rule
 from trak_dist.sources import build_dataset
-from trak_dist.store import FeatureStore, is_url
+from trak_dist.store import FeatureStore
 
 SHOW_TARGETS = 3
 AGREEMENT_TARGETS = 100

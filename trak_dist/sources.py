@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from trak_dist.batches import batch_of as batch_of  # re-exported: workers' import
 from trak_dist.errors import ConfigError
 from trak_dist.failures import gist
-from trak_dist.store import is_url, local_copy
+from trak_dist.remote import is_url, local_copy
 
 
 def load_object(ref: Any, what: str) -> Any:
@@ -57,7 +57,7 @@ def checkpoint_paths(ref: Any) -> list[Path | str]:
     """The checkpoints: a list of paths, or a callable / import path that returns one. A path
     is a state-dict file, or a Hugging Face model / PEFT adapter directory (globs expand; every
     directory must be the first one's architecture, see ``trak_dist.hf``). URLs
-    (``s3://…``) stay URLs: each process reads its node's copy (``trak_dist.store.local_copy``)."""
+    (``s3://…``) stay URLs: each process reads its node's copy (``trak_dist.remote.local_copy``)."""
     paths = call(ref, "model.checkpoints") if _is_provider(ref) else ref
     if isinstance(paths, (str, Path)):
         paths = [paths]

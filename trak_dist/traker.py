@@ -33,6 +33,7 @@ from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError, T
 from trak_dist.gradients import GradientComputer, make_computer
 from trak_dist.pipeline import Reducer
 from trak_dist.projection import Projector
+from trak_dist.remote import is_url, local_path
 from trak_dist.scoring import ScoreRequest, ScoringConfig, parse_lambda
 from trak_dist.store import (
     DEFAULT_CODEC,
@@ -40,8 +41,6 @@ from trak_dist.store import (
     FeatureStore,
     RowSet,
     checkpoint_fingerprint,
-    is_url,
-    local_path,
     store_lock,
     variant_name,
 )

@@ -52,7 +52,7 @@ from trak_dist.errors import (
 )
 from trak_dist.examples import digits
 from trak_dist.store import FeatureStore, variant_name
-from trak_dist.store._cli import main as store_cli
+from trak_dist.store import main as store_cli
 
 P, LAMBDA, CHUNK, SHARD = 32, 1e-2, 128, 256
 N, M = digits.N_TRAIN, 1797 - digits.N_TRAIN

@@ -14,8 +14,7 @@ from trak_dist.examples import digits
 from trak_dist.lds import store_lds
 from trak_dist.lds._retrain import SubsetTrainer
 from trak_dist.store import FeatureStore
-from trak_dist.store._repair import repair
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import repair, verify
 
 QUICK = {"epochs": 2}  # recipe_kwargs: subset models in a fraction of a second
 

@@ -16,7 +16,7 @@ from tests.s3.conftest import upload
 from trak_dist._compose import compose_job
 from trak_dist.errors import ConfigError, StoreMismatchError
 from trak_dist.pipeline import resolve_inputs
-from trak_dist.store import _fetch, local_copy
+from trak_dist.remote import _fetch, local_copy
 
 pytestmark = pytest.mark.s3
 

@@ -11,8 +11,7 @@ from tests.fixtures.s3 import BUCKET, SECRET_KEY
 from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import ConfigError, StoreDamagedError, StoreStateError
 from trak_dist.store import FeatureStore
-from trak_dist.store._repair import repair
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import repair, verify
 
 pytestmark = pytest.mark.s3
 N, P, CHUNK = 100, 8, 32

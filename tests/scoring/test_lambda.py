@@ -100,7 +100,7 @@ def test_auto_scores_equal_a_dense_solve_with_the_rule_per_checkpoint(store_path
 
 
 def test_a_failed_auto_rescoring_keeps_the_previous_set_and_its_lambdas(store_path, monkeypatch):
-    from trak_dist.store._scores import ScoreSet
+    from trak_dist.store import ScoreSet
 
     store, _ = filled_store(store_path)
     first = compute_scores(store, ScoringConfig("t", topk=3), [0, 1], None, "auto")

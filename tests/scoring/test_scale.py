@@ -19,7 +19,7 @@ from trak_dist.pipeline import Reducer
 from trak_dist.scoring import ScorePlan, ScoreRequest, ScoringConfig, compute_scores, xtx_from_rows
 from trak_dist.scoring._topk import block_topk, merge, merge_above
 from trak_dist.store import FeatureStore
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import verify
 
 N, M, P, CHUNK, K = 1200, 300, 24, 64, 7
 DUPLICATES = [(5, 1100), (40, 41), (599, 1198)]  # (row, copy): equal scores, ties broken by row

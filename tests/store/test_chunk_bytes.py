@@ -23,8 +23,7 @@ from tests.fixtures.row_writers import P, item_hashes, row_values
 from trak_dist.errors import StoreDamagedError
 from trak_dist.store import FeatureStore
 from trak_dist.store import _layout as layout
-from trak_dist.store._repair import repair
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import repair, verify
 
 CHUNK_ROWS = 256
 

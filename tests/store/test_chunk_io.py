@@ -13,8 +13,8 @@ from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import NonFiniteError, StoreDamagedError
 from trak_dist.store import FeatureStore, resolve_chunk_rows
 from trak_dist.store._chunk_io import encode_rows, is_plain, read_region, store_chunks
-from trak_dist.store._codecs import compressors
 from trak_dist.store._layout import MIN_CHUNK_ROWS, auto_chunk_rows
+from trak_dist.store._zarr import compressors
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -7,9 +7,8 @@ import pytest
 from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import FeatureStore, subset_mask
-from trak_dist.store._repair import repair
-from trak_dist.store._verify import verify
 from trak_dist.store._zarr import group
+from trak_dist.store.verify import repair, verify
 
 N, M = 150, 23
 

@@ -19,12 +19,11 @@ from trak_dist.store import (
     dataset_row_hashes,
     row_hashes,
 )
-from trak_dist.store._codecs import compressors
 from trak_dist.store._integrity import checked_read
+from trak_dist.store._layout import TOPK_ARRAYS
 from trak_dist.store._metadata import unreadable_metadata
-from trak_dist.store._repair import repair
-from trak_dist.store._scores import TOPK_ARRAYS
-from trak_dist.store._verify import verify
+from trak_dist.store._zarr import compressors
+from trak_dist.store.verify import repair, verify
 
 N, P, CHUNK = 100, 8, 32
 

@@ -10,8 +10,7 @@ from test_store import spec
 from tests.fixtures.row_writers import P, item_hashes, row_values
 from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import FeatureStore
-from trak_dist.store._repair import repair
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import repair, verify
 
 N, CHUNK = 200, 64  # chunks [0, 64), [64, 128), [128, 192), [192, 200)
 

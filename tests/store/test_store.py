@@ -5,8 +5,17 @@ import numpy as np
 import pytest
 import torch
 
+from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import ConfigError, StoreMismatchError, StoreStateError
-from trak_dist.store import FeatureSpec, FeatureStore, checkpoint_fingerprint, dataset_fingerprint
+from trak_dist.remote import is_url
+from trak_dist.store import (
+    FeatureSpec,
+    FeatureStore,
+    checkpoint_fingerprint,
+    dataset_fingerprint,
+    store_lock,
+)
+from trak_dist.store.verify import verify
 
 
 def spec(**kw):
@@ -230,3 +239,18 @@ def test_non_finite_rows_are_refused_before_anything_is_written(store_path):
     assert not os.path.exists(os.path.join(store_path, "train", "2", "X", "c"))  # no chunk file
     assert not os.path.exists(os.path.join(store_path, "targets", "val", "0", "X", "c"))
     assert not targets.staged.staged_rows().any()  # nothing staged either
+
+
+def test_a_file_url_is_the_local_directory(tmp_path):
+    url = f"file://{tmp_path}/s.zarr"
+    assert not is_url(url) and is_url("s3://b/s.zarr") and is_url("gs://b/s.zarr")
+    store = FeatureStore.create_or_open(url, synthetic_spec(64, 4, chunk_rows=32))
+    rows = store.ensure_checkpoint(0, "ck")
+    store.bind(rows, "ck", "model_id=0")
+    rows.write(0, np.ones((64, 4)), np.ones(64), np.arange(1, 65))
+    rows.commit(0, 64)
+    assert (tmp_path / "s.zarr" / "train" / "0" / "X").is_dir()
+    assert FeatureStore.open(tmp_path / "s.zarr").train_rows(0).is_complete()
+    assert verify(url).problems == []
+    with store_lock(url):
+        assert (tmp_path / "s.zarr.lock").exists()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trak_dist.store import FeatureStore, is_url
+from trak_dist.remote import is_url
+from trak_dist.store import FeatureStore
 
 
 class SaverView:

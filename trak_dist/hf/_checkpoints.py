@@ -17,7 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from trak_dist.errors import ConfigError
-from trak_dist.store import is_url, local_copy
+from trak_dist.remote import is_url, local_copy
 
 MODEL_FILE = "config.json"
 ADAPTER_FILE = "adapter_config.json"
@@ -47,7 +47,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def expand(ref: Any) -> list[Path]:
     """``model.checkpoints`` (a list, one path, or a glob) → absolute paths, globs sorted; a
-    URL → its local copy on this node (``trak_dist.store.local_copy``)."""
+    URL → its local copy on this node (``trak_dist.remote.local_copy``)."""
     items = [ref] if isinstance(ref, (str, Path)) else list(ref)
     out: list[Path] = []
     for item in items:

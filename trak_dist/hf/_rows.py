@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trak_dist.errors import ConfigError, DataError
-from trak_dist.store import local_copy
+from trak_dist.remote import local_copy
 
 
 def read_rows(path: str | Path, what: str) -> Any:

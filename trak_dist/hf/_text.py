@@ -25,7 +25,7 @@ from trak_dist.errors import ConfigError, DataError
 from trak_dist.hf._checkpoints import MODEL_FILE, expand, is_adapter, model_dir, read_json
 from trak_dist.hf._rows import read_rows
 from trak_dist.hf._tokenize import IGNORE_INDEX, Encoded, Tokenise, pick_mode
-from trak_dist.store import is_url
+from trak_dist.remote import is_url
 
 if TYPE_CHECKING:
     from trak_dist.config import DataConfig, ModelConfig, TextConfig

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from trak_dist.config import HF_FACTORY, JobConfig, ModelConfig
-from trak_dist.store import is_url, local_path
+from trak_dist.remote import is_url, local_path
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from trak_dist.config import LOOPBACK, JobConfig, ServeConfig
 from trak_dist.distributed import keep_sigterm
 from trak_dist.errors import ConfigError, StoreStateError
 from trak_dist.pipeline import resolve_inputs
+from trak_dist.remote import is_url
 from trak_dist.sources import checkpoint_paths
-from trak_dist.store import FeatureStore, file_fingerprint, is_url
+from trak_dist.store import FeatureStore, file_fingerprint
 
 APP_NAME = "trak_dist"
 

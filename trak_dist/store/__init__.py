@@ -1,26 +1,28 @@
 """The chunked Zarr store every worker writes into and the reducer reads."""
 
-from trak_dist.store._cli import main
+# trak_dist.remote's URL helpers, still exported here for callers of before
+from trak_dist.remote import check_options as check_store_options
+from trak_dist.remote import is_url, local_copy, local_path, put_beside, redact
 from trak_dist.store._chunk_io import one_thread
-from trak_dist.store._codecs import CODECS, DEFAULT_CODEC
 from trak_dist.store._eval import EvalSet, subset_mask
-from trak_dist.store._fetch import local_copy
-from trak_dist.store._hashes import check_unchanged, dataset_row_hashes, fingerprint, row_hashes
+from trak_dist.store._fingerprints import (
+    check_unchanged,
+    checkpoint_fingerprint,
+    dataset_fingerprint,
+    dataset_row_hashes,
+    file_fingerprint,
+    fingerprint,
+    row_hashes,
+)
 from trak_dist.store._integrity import Damage
 from trak_dist.store._layout import resolve_chunk_rows
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
-from trak_dist.store._remote import check_options as check_store_options
-from trak_dist.store._remote import is_url, local_path, put_beside, redact
 from trak_dist.store._rows import RowSet, curvature_rows
-from trak_dist.store._scores import ScoreSet, variant_name
-from trak_dist.store._spec import (
-    FORMAT_VERSION,
-    FeatureSpec,
-    checkpoint_fingerprint,
-    dataset_fingerprint,
-    file_fingerprint,
-)
+from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
 from trak_dist.store._store import FeatureStore
+from trak_dist.store._zarr import CODECS, DEFAULT_CODEC
+from trak_dist.store.scores import ScoreSet, variant_name
+from trak_dist.store.verify import main
 
 __all__ = [
     "CODECS",

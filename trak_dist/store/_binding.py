@@ -12,7 +12,7 @@ import zarr
 
 from trak_dist.errors import StoreMismatchError
 from trak_dist.store._commit import CommitFlags
-from trak_dist.store._hashes import check_unchanged, describe_rows
+from trak_dist.store._fingerprints import check_unchanged, describe_rows
 from trak_dist.store._integrity import store_location
 from trak_dist.store._layout import CHECKPOINT
 

@@ -13,8 +13,8 @@ import zarr
 
 from trak_dist.errors import ConfigError, StoreDamagedError
 from trak_dist.store._chunk_io import encode_rows, is_plain, store_chunks
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
+from trak_dist.store._zarr import CHECKSUM
 
 
 class CommitFlags:

@@ -26,7 +26,6 @@ import numpy as np
 import zarr
 
 from trak_dist.errors import NonFiniteError, StoreDamagedError, StoreMismatchError, StoreStateError
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import (
     Damage,
     checked_read,
@@ -35,7 +34,7 @@ from trak_dist.store._integrity import (
     delete_chunk,
     store_location,
 )
-from trak_dist.store._zarr import array, group
+from trak_dist.store._zarr import CHECKSUM, array, group
 
 # settings that define the ground truth: a rerun must match them (num_models may grow)
 BEST_KEY = "best_lambda"

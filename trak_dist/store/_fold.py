@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trak_dist.errors import ConfigError, StoreMismatchError
-from trak_dist.store._hashes import describe_rows
+from trak_dist.store._fingerprints import describe_rows
 from trak_dist.store._integrity import checked_read, store_location
 from trak_dist.store._layout import STAGED, column_blocks
 from trak_dist.store._staging import Shadow, shadows, staging

@@ -30,8 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trak_dist.errors import StoreStateError
-from trak_dist.store._object_store import remote_error
-from trak_dist.store._remote import LEASE_TTL_S, beside, obstore_store, own_option
+from trak_dist.remote import LEASE_TTL_S, beside, obstore_store, own_option, remote_error
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5

@@ -16,8 +16,8 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from trak_dist.errors import StoreStateError
+from trak_dist.remote import is_url, local_path
 from trak_dist.store._lease import Lease
-from trak_dist.store._remote import is_url, local_path
 
 logger = logging.getLogger(__name__)
 

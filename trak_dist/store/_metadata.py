@@ -17,9 +17,9 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from trak_dist.errors import StoreMismatchError, StoreStateError
+from trak_dist.remote import is_url, local_path
 from trak_dist.store._layout import CONTAINERS, EVAL, ROW_GROUPS
 from trak_dist.store._object_store import open_zarr
-from trak_dist.store._remote import is_url, local_path
 from trak_dist.store._spec import FORMAT_VERSION
 from trak_dist.store._tree import META, Tree
 

@@ -12,7 +12,6 @@ and Azure."""
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
@@ -21,19 +20,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, ObjectStore
 
 from trak_dist.errors import RemoteStoreError
-from trak_dist.store._remote import (
-    check_options,
-    endpoint,
-    first_line,
-    is_url,
-    local_path,
-    obstore_store,
-    redact,
-)
-
-_CODE = re.compile(r"<Code>(\w+)</Code>")
-_ELAPSED = re.compile(r" in ([\d.]+(?:ms|s|µs|ns))\b")
-_NOT_REACHED = ("error sending request", "connection", "timed out", "dns error", "tcp connect")
+from trak_dist.remote import check_options, is_url, local_path, obstore_store, remote_error
 
 
 def open_zarr(
@@ -44,57 +31,6 @@ def open_zarr(
     if not is_url(where):
         return LocalStore(local_path(where), read_only=read_only)
     return RemoteZarrStore(obstore_store(where, options), where, options, read_only=read_only)
-
-
-def remote_error(
-    e: BaseException, url: str, op: str, key: str, options: Mapping[str, Any] | None
-) -> RemoteStoreError:
-    """What went wrong with object store ``url`` in ``op`` of ``key``, and what to do."""
-    text = str(e)
-    code = (_CODE.search(text) or _NOSUCH).group(1)
-    where = endpoint(options) or "the provider's default endpoint"
-    name = type(e).__name__
-    if code == "NoSuchBucket":
-        bucket = url.split("://", 1)[1].split("/", 1)[0]
-        what = (
-            f"the bucket {bucket!r} does not exist at {where}. Create it, or fix store.path "
-            "(and the endpoint: AWS_ENDPOINT_URL or store.options.endpoint)"
-        )
-    elif name in ("PermissionDeniedError", "UnauthenticatedError") or code in (
-        "AccessDenied",
-        "SignatureDoesNotMatch",
-        "InvalidAccessKeyId",
-    ):
-        what = (
-            f"access denied ({code or name}). Check the credentials (AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and that they may read and write it"
-        )
-    elif any(s in text.lower() for s in _NOT_REACHED) and not code:
-        took = _seconds((_ELAPSED.search(text) or _NOSUCH).group(1))
-        what = (
-            f"not reachable at {where} (retried for {took}; raise store.options.retry_timeout "
-            "to wait longer). Committed chunks are kept: rerun the same command once it answers"
-        )
-    else:
-        what = redact(first_line(e), options)
-    return RemoteStoreError(f"the object store {url} failed to {op} {key or 'its root'}: {what}.")
-
-
-def _seconds(elapsed: str) -> str:
-    """obstore's ``3.512152721s`` / ``812.5ms`` as ``3.5 s``."""
-    scale = {"ms": 1e-3, "µs": 1e-6, "ns": 1e-9, "s": 1.0}
-    for unit, factor in scale.items():
-        if elapsed.endswith(unit):
-            return f"{float(elapsed[: -len(unit)]) * factor:.1f} s"
-    return "its retry timeout"
-
-
-class _Nothing:
-    def group(self, _: int) -> str:
-        return ""
-
-
-_NOSUCH: Any = _Nothing()
 
 
 class RemoteZarrStore(ObjectStore):

@@ -3,7 +3,8 @@
 Parts: ``flags`` (``_commit.py``: a chunk counts once its flag is set after its data),
 ``binding`` (``_binding.py``: the checkpoint bound by the first commit) and ``staged``
 (``_fold.py``, ``_staging.py``: TRAKer's partial-chunk rows). Owners of whole chunks ``write``
-then ``commit`` them without coordination."""
+then ``commit`` them without coordination. Non-finite features are never written: refused,
+naming the rows, before anything of a batch is written or staged."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import ConfigError, StoreMismatchError
+from trak_dist.errors import ConfigError, NonFiniteError, StoreMismatchError
 from trak_dist.store import _layout as layout
 from trak_dist.store._binding import CheckpointBinding
 from trak_dist.store._chunk_io import (
@@ -24,12 +25,10 @@ from trak_dist.store._chunk_io import (
     one_thread,
     store_chunks,
 )
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._commit import CommitFlags
-from trak_dist.store._finite import refuse_non_finite_rows
 from trak_dist.store._fold import StagedRows
 from trak_dist.store._integrity import checked_read, store_location
-from trak_dist.store._zarr import array
+from trak_dist.store._zarr import CHECKSUM, array
 
 
 class RowSet:
@@ -295,3 +294,35 @@ def _put_columns(arr: zarr.Array[Any], rows: slice, values: np.ndarray) -> None:
     not all of a row's."""
     for cols in layout.column_blocks(arr):
         arr[rows, cols] = values[:, cols]
+
+
+def refuse_non_finite_rows(
+    stored: np.ndarray, raw: np.ndarray, q: np.ndarray | None, rows: np.ndarray, who: str
+) -> None:
+    """Raise NonFiniteError unless every row is finite as stored, before anything is written;
+    ``raw`` (float32 as computed) tells float16 overflow from NaN input, ``q`` ``[B]`` or None,
+    ``rows`` the ``[B]`` dataset rows, ``who`` ``RowSet.describe``."""
+    # one pass over a chunk: negligible next to the gradients that produced it
+    bad_x = ~np.isfinite(stored).all(axis=1)
+    bad_q = np.zeros_like(bad_x) if q is None else ~np.isfinite(q)
+    if not (bad_x.any() or bad_q.any()):
+        return
+    bad = bad_x | bad_q
+    shown = rows[bad][:10].tolist()
+    more = " …" if int(bad.sum()) > 10 else ""
+    what = "projected gradients" if bad_x.any() else "Q (out-to-loss weights)"
+    head = (
+        f"non-finite {what} in {who}, rows {shown}{more} ({int(bad.sum())} of the {len(rows)} "
+        "being written): nothing was written or committed."
+    )
+    if bad_x.any() and np.isfinite(raw[bad_x]).all():
+        largest = float(np.abs(raw[bad_x]).max())
+        raise NonFiniteError(
+            f"{head} Their values (max |x| = {largest:.3g}) overflow the store's {stored.dtype}; "
+            "store float32 features instead (featurize.half_precision=false, or "
+            "use_half_precision=False) in a new store."
+        )
+    raise NonFiniteError(
+        f"{head} Check those samples for NaN/inf values or labels outside the model's classes, "
+        "and the checkpoint for NaN/inf weights; then rerun: committed chunks are kept."
+    )

@@ -1,21 +1,15 @@
-"""What defines a store's features (docs/design.md, invariant 4), and the fingerprints that tie
-it to its inputs."""
+"""What defines a store's features (docs/design.md, invariant 4): the ``FeatureSpec`` a store
+is created with and opened against. The fingerprints that tie it to its inputs are
+``_fingerprints.py``'s."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from trak_dist.errors import ConfigError, StoreMismatchError
-from trak_dist.store._fetch import local_copy
-from trak_dist.store._hashes import dataset_row_hashes, fingerprint
 
 # 2: checksummed chunks with sentinel fills, row hashes H, staged shadows, checkpoint binding,
 # complete flags, λ per checkpoint, eval/<exp> and projection_params (issues 9-12); version 1
@@ -112,48 +106,3 @@ class FeatureSpec:
                 + ".\nUse a new store path for the new settings, or open it with the stored "
                 "ones (a smaller proj_dim is fine: it reuses the prefix of the stored features)."
             )
-
-
-def _update_with_tensor(h: Any, t: torch.Tensor | np.ndarray) -> None:
-    h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-    if isinstance(t, torch.Tensor):
-        # via uint8 so that dtypes numpy lacks (bfloat16) hash too
-        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    else:
-        h.update(np.ascontiguousarray(t).tobytes())
-
-
-def dataset_fingerprint(dataset: Any) -> str:
-    """A content hash of every item, in order (``fingerprint`` of its row hashes). It reads
-    each item once: pass your own fingerprint when that is too expensive (reused rows are still
-    checked against their stored hashes)."""
-    return fingerprint(dataset_row_hashes(dataset))
-
-
-def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:
-    """Hash of a file's bytes (a checkpoint file, to catch a reused model_id); for a directory
-    (a Hugging Face checkpoint), of every file's relative name and bytes. A URL: its local
-    copy's, so a node's download is checked against the fingerprint the store's rows hold."""
-    h = hashlib.blake2b(digest_size=16)
-    root = local_copy(path)  # a URL's copy on this node (store/_fetch.py)
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    for file in files:
-        if root.is_dir():
-            h.update(file.relative_to(root).as_posix().encode() + b"\0")
-        with open(file, "rb") as f:
-            while chunk := f.read(block):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def checkpoint_fingerprint(
-    state_dict: Mapping[str, Any], names: Iterable[str] | None = None
-) -> str:
-    """Hash of a checkpoint's tensors (all, or ``names``), to catch a reused model_id."""
-    h = hashlib.blake2b(digest_size=16)
-    for name in sorted(state_dict) if names is None else names:
-        value = state_dict[name]
-        h.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            _update_with_tensor(h, value)
-    return h.hexdigest()

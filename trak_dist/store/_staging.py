@@ -17,10 +17,9 @@ import numpy as np
 import zarr
 from zarr.errors import ContainsGroupError
 
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import CHECKPOINT, STAGED, column_blocks
-from trak_dist.store._zarr import array, group, quiet_foreign_nodes
+from trak_dist.store._zarr import CHECKSUM, array, group, quiet_foreign_nodes
 
 
 class Shadow:

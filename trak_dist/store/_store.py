@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from trak_dist.errors import StoreMismatchError, StoreStateError
+from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import _layout as layout
 from trak_dist.store._binding import (
     check_rows_unchanged,
@@ -21,23 +21,31 @@ from trak_dist.store._binding import (
     committed_hashes,
     rebind_dataset,
 )
-from trak_dist.store._codecs import DEFAULT_CODEC, compressors
 from trak_dist.store._eval import EvalSet
+from trak_dist.store._integrity import checked_read
+from trak_dist.store._layout import bounded_chunks
 from trak_dist.store._lock import store_lock
 from trak_dist.store._metadata import ATTR, check_metadata, remove_store, store_meta
 from trak_dist.store._object_store import open_zarr
-from trak_dist.store._reductions import get_reduction, put_reduction
 from trak_dist.store._rows import RowSet
-from trak_dist.store._scores import ScoreSet
 from trak_dist.store._spec import FeatureSpec
-from trak_dist.store._zarr import attr_int, group, quiet_foreign_nodes
+from trak_dist.store._zarr import (
+    CHECKSUM,
+    DEFAULT_CODEC,
+    array,
+    attr_int,
+    compressors,
+    group,
+    quiet_foreign_nodes,
+)
+from trak_dist.store.scores import ScoreSet
 
 logger = logging.getLogger(__name__)
 
 
 class FeatureStore:
     """A trak_dist store on disk or on object storage (``s3://…``, ``gs://…``: ``options`` are
-    its ``store.options``, see ``_remote.py``)."""
+    its ``store.options``, see ``trak_dist/remote/_client.py``)."""
 
     def __init__(
         self, root: zarr.Group, where: str, options: Mapping[str, Any] | None = None
@@ -301,3 +309,34 @@ class FeatureStore:
         if path not in self.root or "num_targets" not in group(self.root, path).attrs:
             return None
         return EvalSet(group(self.root, path))
+
+
+def put_reduction(node: zarr.Group, name: str, value: np.ndarray) -> None:
+    """Write a reduction: data first, then its ``complete`` flag (complete or absent)."""
+    arr = node.create_array(
+        name,
+        shape=value.shape,
+        dtype=value.dtype,
+        chunks=bounded_chunks(value.shape, value.dtype.itemsize),
+        compressors=CHECKSUM,
+        fill_value=np.nan,
+        overwrite=True,
+        attributes={"complete": False},
+    )
+    arr[...] = value
+    arr.update_attributes({"complete": True})
+
+
+def get_reduction(node: zarr.Group, name: str) -> np.ndarray | None:
+    """A complete reduction, or None; a damaged one is reported and treated as absent
+    (reductions are recomputed from the checksummed rows)."""
+    if name not in node:
+        return None
+    arr = array(node, name)
+    if arr.attrs.get("complete") is not True:
+        return None
+    try:
+        return checked_read(arr, tuple(slice(0, d) for d in arr.shape))
+    except StoreDamagedError as e:
+        logger.warning("%s: recomputing it", str(e).splitlines()[1].strip(" -"))
+        return None

@@ -22,7 +22,7 @@ from tests.fixtures.traker_jobs import train_states as _train_states
 from trak_dist import TRAKer
 from trak_dist.config import ClusterConfig, EvalConfig, ServeConfig
 from trak_dist.store import FeatureStore, variant_name
-from trak_dist.store._verify import verify
+from trak_dist.store.verify import verify
 
 pytestmark = pytest.mark.s3
 JOBS = Path(__file__).parents[3] / "tests" / "fixtures" / "traker_jobs.py"

@@ -1,32 +1,19 @@
-"""Store paths as URLs without a server: ``file://`` is a local directory, options are
-checked, credentials are kept out of messages, and a URL's scheme needs its library."""
+"""URLs without a server: which paths are URLs, credentials kept out of messages, the objects
+beside a store, and the names of the run reports written there."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.fixtures.synthetic import synthetic_spec
 from trak_dist._remote_report import run_name
 from trak_dist.errors import ConfigError
-from trak_dist.store import FeatureStore, is_url, redact, store_lock
-from trak_dist.store._remote import beside
-from trak_dist.store._verify import verify
+from trak_dist.remote import beside, is_url, local_path, redact
 
 
-def test_a_file_url_is_the_local_directory(tmp_path):
-    url = f"file://{tmp_path}/s.zarr"
-    assert not is_url(url) and is_url("s3://b/s.zarr") and is_url("gs://b/s.zarr")
-    store = FeatureStore.create_or_open(url, synthetic_spec(64, 4, chunk_rows=32))
-    rows = store.ensure_checkpoint(0, "ck")
-    store.bind(rows, "ck", "model_id=0")
-    rows.write(0, np.ones((64, 4)), np.ones(64), np.arange(1, 65))
-    rows.commit(0, 64)
-    assert (tmp_path / "s.zarr" / "train" / "0" / "X").is_dir()
-    assert FeatureStore.open(tmp_path / "s.zarr").train_rows(0).is_complete()
-    assert verify(url).problems == []
-    with store_lock(url):
-        assert (tmp_path / "s.zarr.lock").exists()
+def test_which_paths_are_urls():
+    assert is_url("s3://b/s.zarr") and is_url("gs://b/s.zarr") and is_url("az://c/s.zarr")
+    assert not is_url("file:///tmp/s.zarr") and not is_url("/tmp/s.zarr")
+    assert local_path("file:///tmp/s.zarr") == "/tmp/s.zarr" == local_path("/tmp/s.zarr")
 
 
 def test_credentials_never_reach_a_message(monkeypatch):

@@ -1,5 +1,5 @@
 """Removing a failed score set's folder while zarr's writes are still in flight
-(``trak_dist/store/_score_files.py``; docs/design.md, "bad input loses nothing")."""
+(``trak_dist/store/scores/_files.py``; docs/design.md, "bad input loses nothing")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from zarr.core import sync as zsync
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from trak_dist.store._score_files import REMOVE_SETTLE_S, remove_dir
+from trak_dist.store.scores._files import REMOVE_SETTLE_S, remove_dir
 
 
 def _lagging_write(root: Path, key: str, delay: float) -> asyncio.Future:

@@ -10,9 +10,9 @@ import argparse
 import sys
 
 from trak_dist.errors import ConfigError, TrakDistError
-from trak_dist.store._remote import check_options
-from trak_dist.store._repair import repair
-from trak_dist.store._verify import Report, verify
+from trak_dist.remote import check_options
+from trak_dist.store.verify._repair import repair
+from trak_dist.store.verify._verify import Report, verify
 
 
 def _parser() -> argparse.ArgumentParser:

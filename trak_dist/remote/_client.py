@@ -1,4 +1,5 @@
-"""Stores on object storage: ``s3://bucket/prefix/run.zarr``, ``gs://…``, ``az://…``.
+"""Clients of object storage (``s3://bucket/prefix/run.zarr``, ``gs://…``, ``az://…``) and the
+``store.options`` they are made with.
 
 A URL opens as Zarr's ``ObjectStore`` over obstore (``pip install 'trak_dist[s3]'``); a plain
 path or a ``file://`` URL is a local directory. Credentials, endpoint and region come from the
@@ -9,30 +10,19 @@ environment every S3 client reads (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KE
 ``allow_http``, plus trak_dist's own ``retry_timeout`` and ``lease_ttl``, in seconds).
 
 Every failure of the object store reaches callers as a ``RemoteStoreError`` naming the store's
-URL and what to do; no message carries a credential (``redact``)."""
+URL and what to do; no message carries a credential (``_errors.py``)."""
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from trak_dist.errors import ConfigError
+from trak_dist.remote._errors import SECRET_OPTION, first_line, redact, remote_error
+from trak_dist.remote._urls import beside, endpoint, is_url, scheme_of
 
-# obstore's name for each URL scheme we open as an object store
-SCHEMES = {
-    "s3": "s3",
-    "s3a": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "az": "azure",
-    "abfs": "azure",
-    "abfss": "azure",
-    "azure": "azure",
-}
 EXTRA = {"s3": "s3", "gcs": "gcs", "azure": "s3"}
 # trak_dist's own keys of store.options (seconds); the rest goes to obstore
 RETRY_TIMEOUT_S = 120.0
@@ -60,44 +50,6 @@ CLIENT_KEYS = frozenset(
         "user_agent",
     )
 )
-ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
-# environment variables and option names whose values never appear in a message
-SECRET_ENV = (
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_ACCESS_KEY_ID",
-    "GOOGLE_SERVICE_ACCOUNT_KEY",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_SAS_KEY",
-    "AZURE_STORAGE_TOKEN",
-    "AZURE_CLIENT_SECRET",
-)
-_SECRET_OPTION = re.compile(r"secret|token|password|key|credential|sas", re.IGNORECASE)
-_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
-
-
-def is_url(path: object) -> bool:
-    """Whether ``path`` names an object store (``scheme://``; ``file://`` is a local path)."""
-    where = str(path)
-    return "://" in where and not where.startswith("file://")
-
-
-def local_path(path: object) -> str:
-    """A local store's directory: ``path`` itself, or a ``file://`` URL's path."""
-    where = str(path)
-    return urlsplit(where).path if where.startswith("file://") else where
-
-
-def scheme_of(url: str) -> str:
-    """obstore's kind of store for ``url`` (ConfigError: a scheme we cannot open)."""
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in SCHEMES:
-        known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
-        raise ConfigError(
-            f"store path {url!r}: the scheme {scheme}:// is not an object store trak_dist "
-            f"opens; use a local path, file://, or one of {known}."
-        )
-    return SCHEMES[scheme]
 
 
 def own_option(options: Mapping[str, Any] | None, key: str, default: float) -> float:
@@ -112,42 +64,6 @@ def own_option(options: Mapping[str, Any] | None, key: str, default: float) -> f
     return seconds
 
 
-def secrets(options: Mapping[str, Any] | None = None) -> list[str]:
-    """The credential values in the environment and ``options`` (to keep out of messages)."""
-    found = [os.environ.get(k, "") for k in SECRET_ENV]
-    found += [str(v) for k, v in (options or {}).items() if _SECRET_OPTION.search(k)]
-    return [s for s in found if len(s) >= 4]
-
-
-def redact(text: str, options: Mapping[str, Any] | None = None) -> str:
-    """``text`` with every known credential replaced by ``***`` and URLs' user info removed."""
-    for secret in sorted(secrets(options), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return _USERINFO.sub(r"\1***@", text)
-
-
-def endpoint(options: Mapping[str, Any] | None) -> str | None:
-    """The endpoint a store talks to: ``options["endpoint"]``, else the environment's."""
-    given = (options or {}).get("endpoint")
-    if given:
-        return str(given)
-    return next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)
-
-
-def beside(url: str, name: str) -> tuple[str, str]:
-    """(parent URL, key) of the object ``<store>.<name>`` beside the store at ``url`` (its
-    leases, its run reports): outside the store's prefix, so Zarr never lists them and
-    ``store.overwrite`` keeps them."""
-    head, _, tail = url.rstrip("/").rpartition("/")
-    if "://" not in head or head.endswith(":/") or not tail:
-        raise ConfigError(
-            f"store path {url!r} is a bucket's root; give the store a name inside it "
-            "(s3://bucket/run.zarr or s3://bucket/prefix/run.zarr): trak_dist writes its "
-            "leases and reports beside it."
-        )
-    return head, f"{tail}.{name}"
-
-
 def put_beside(url: str, name: str, data: bytes, options: Mapping[str, Any] | None = None) -> str:
     """Write ``data`` to the object ``<store>.<name>`` beside the store at ``url``; its URL."""
     parent, key = beside(url, name)
@@ -156,8 +72,6 @@ def put_beside(url: str, name: str, data: bytes, options: Mapping[str, Any] | No
     try:
         obstore.put(obstore_store(parent, options, named=url), key, data)
     except Exception as e:
-        from trak_dist.store._object_store import remote_error
-
         raise remote_error(e, url, "write", key, options) from None
     return f"{parent}/{key}"
 
@@ -222,12 +136,6 @@ def _profile_credentials(profile: str, url: str) -> Any:
     return Boto3CredentialProvider(boto3.Session(profile_name=profile))
 
 
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (obstore appends a multi-line debug dump)."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
-
-
 def check_options(path: str, options: Mapping[str, Any]) -> None:
     """ConfigError for ``store.options`` that cannot work: given for a local store, trak_dist's
     own keys out of range, or a credential (it would travel in the job's config and logs)."""
@@ -241,7 +149,7 @@ def check_options(path: str, options: Mapping[str, Any]) -> None:
     for key in OWN_KEYS:
         if key in options:
             own_option(options, key, 1.0)
-    given = sorted(k for k in options if _SECRET_OPTION.search(k))
+    given = sorted(k for k in options if SECRET_OPTION.search(k))
     if given:
         raise ConfigError(
             f"store.options {given} look like credentials, which the job's config, logs and "

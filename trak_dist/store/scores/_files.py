@@ -17,8 +17,8 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS
+from trak_dist.store._zarr import CHECKSUM
 
 logger = logging.getLogger(__name__)
 # how long a failed set's folder must stay away before it counts as removed: zarr writes from

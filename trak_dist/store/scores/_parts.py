@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 import zarr
 
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import TOPK_ARRAYS
-from trak_dist.store._zarr import array
+from trak_dist.store._zarr import CHECKSUM, array
 
 PARTS = "parts"
 

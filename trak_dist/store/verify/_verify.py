@@ -26,17 +26,18 @@ from typing import Any
 from zarr.core.sync import sync
 
 from trak_dist.errors import StoreStateError
+from trak_dist.remote import is_url
 from trak_dist.store import _layout as layout
 from trak_dist.store._eval import EvalSet
 from trak_dist.store._integrity import chunk_damage
 from trak_dist.store._layout import CONTAINERS, EVAL, EVAL_ARRAYS, ROW_ARRAYS, TOPK_ARRAYS
 from trak_dist.store._metadata import unreadable_metadata
 from trak_dist.store._object_store import open_zarr
-from trak_dist.store._remote import is_url
 from trak_dist.store._rows import RowSet
 from trak_dist.store._store import FeatureStore
 from trak_dist.store._tree import Tree
-from trak_dist.store._verify_rows import (
+from trak_dist.store._zarr import array, group
+from trak_dist.store.verify._rows import (
     Problem,
     Report,
     check_rows,
@@ -44,7 +45,6 @@ from trak_dist.store._verify_rows import (
     children,
     scores_using,
 )
-from trak_dist.store._zarr import array, group
 
 
 def _for_torn(base: Tree, rel: str) -> tuple[str, ...]:

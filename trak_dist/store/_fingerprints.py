@@ -1,12 +1,15 @@
-"""Content hashes of train and target items: one 64-bit hash per row, and a dataset fingerprint.
+"""What ties a store to its inputs: a 64-bit content hash per train and target row, and the
+fingerprints of a dataset, a checkpoint file (or folder) and a checkpoint's tensors.
 
 Rows are hashed from the collated batch and stored with them (``H``); reused rows are compared,
-so changed data is an error naming the rows. The fingerprint hashes every row's hash."""
+so changed data is an error naming the rows. A dataset's fingerprint hashes every row's hash;
+a checkpoint's is recorded when it binds a row set, so a reused model_id is caught."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +17,7 @@ import torch
 
 from trak_dist.batches import batch_of  # collated exactly as the workers collate
 from trak_dist.errors import StoreMismatchError
+from trak_dist.remote import local_copy
 
 BLOCK = 1024
 
@@ -105,3 +109,48 @@ def check_unchanged(
             "(or overwrite this one: "
             "store.overwrite=true, TRAKer(overwrite=True))."
         )
+
+
+def _update_with_tensor(h: Any, t: torch.Tensor | np.ndarray) -> None:
+    h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+    if isinstance(t, torch.Tensor):
+        # via uint8 so that dtypes numpy lacks (bfloat16) hash too
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    else:
+        h.update(np.ascontiguousarray(t).tobytes())
+
+
+def dataset_fingerprint(dataset: Any) -> str:
+    """A content hash of every item, in order (``fingerprint`` of its row hashes). It reads
+    each item once: pass your own fingerprint when that is too expensive (reused rows are still
+    checked against their stored hashes)."""
+    return fingerprint(dataset_row_hashes(dataset))
+
+
+def file_fingerprint(path: str | Path, block: int = 1 << 22) -> str:
+    """Hash of a file's bytes (a checkpoint file, to catch a reused model_id); for a directory
+    (a Hugging Face checkpoint), of every file's relative name and bytes. A URL: its local
+    copy's, so a node's download is checked against the fingerprint the store's rows hold."""
+    h = hashlib.blake2b(digest_size=16)
+    root = local_copy(path)  # a URL's copy on this node (remote/_fetch.py)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for file in files:
+        if root.is_dir():
+            h.update(file.relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as f:
+            while chunk := f.read(block):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def checkpoint_fingerprint(
+    state_dict: Mapping[str, Any], names: Iterable[str] | None = None
+) -> str:
+    """Hash of a checkpoint's tensors (all, or ``names``), to catch a reused model_id."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(state_dict) if names is None else names:
+        value = state_dict[name]
+        h.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            _update_with_tensor(h, value)
+    return h.hexdigest()

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from trak_dist.errors import ConfigError, DataError
-from trak_dist.store._remote import is_url, local_path, obstore_store
+from trak_dist.remote._client import obstore_store
+from trak_dist.remote._errors import remote_error
+from trak_dist.remote._urls import is_url, local_path
 
 logger = logging.getLogger(__name__)
 CACHE_ENV = "TRAK_DIST_CACHE"
@@ -63,8 +65,6 @@ def _listing(store: Any, key: str, url: str, what: str) -> list[dict[str, Any]]:
     """``[{"key", "name", "size", "e_tag"}]``: the object ``key``, else every object under it."""
     import obstore
 
-    from trak_dist.store._object_store import remote_error
-
     try:
         meta = obstore.head(store, key) if key else None
         if meta is not None:
@@ -90,8 +90,6 @@ def _listing(store: Any, key: str, url: str, what: str) -> list[dict[str, Any]]:
 def _fetch(url: str, what: str) -> Path:
     import obstore
     from obstore.exceptions import BaseError
-
-    from trak_dist.store._object_store import remote_error
 
     container, key = _split(url)
     store = obstore_store(container, named=url)

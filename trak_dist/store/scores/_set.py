@@ -4,8 +4,8 @@ per-target top-k.
 Complete or absent: written into ``<variant>.partial-<id>``, marked complete, renamed into place
 (a failed scoring keeps the old scores); object stores rewrite in place, complete flag last.
 A block-wise scoring names its partial set after its plan (``resume``), so a rerun of the same
-plan finds it and skips the blocks committed in ``parts/`` (``_score_parts.py``). Laying out
-and removing sets on disk is ``_score_files.py``'s."""
+plan finds it and skips the blocks committed in ``parts/`` (``_parts.py``). Laying out
+and removing sets on disk is ``_files.py``'s."""
 
 from __future__ import annotations
 
@@ -18,21 +18,20 @@ import numpy as np
 import zarr
 
 from trak_dist.errors import ConfigError, StoreStateError
-from trak_dist.store._codecs import CHECKSUM
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import OLD, PARTIAL, TOPK_ARRAYS, bounded_chunks, is_leftover
 from trak_dist.store._layout import y as layout_y
-from trak_dist.store._score_files import (
+from trak_dist.store._tree import Tree
+from trak_dist.store._zarr import CHECKSUM, array, attr_int
+from trak_dist.store._zarr import group as child
+from trak_dist.store.scores._files import (
     discard_set,
     lay_out,
     local_dir,
     remove_dir,
     remove_leftovers,
 )
-from trak_dist.store._score_parts import PARTS, ScoreParts
-from trak_dist.store._tree import Tree
-from trak_dist.store._zarr import array, attr_int
-from trak_dist.store._zarr import group as child
+from trak_dist.store.scores._parts import PARTS, ScoreParts
 
 __all__ = ["TOPK_ARRAYS", "ScoreSet", "is_leftover", "variant_name"]
 

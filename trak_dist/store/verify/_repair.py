@@ -20,9 +20,9 @@ from trak_dist.store._object_store import open_zarr
 from trak_dist.store._rows import RowSet
 from trak_dist.store._staging import shadows
 from trak_dist.store._tree import Tree
-from trak_dist.store._verify import Report, verify
-from trak_dist.store._verify_rows import spans
 from trak_dist.store._zarr import group
+from trak_dist.store.verify._rows import spans
+from trak_dist.store.verify._verify import Report, verify
 
 
 def uncommit_chunks(rows: RowSet, chunks: np.ndarray) -> None:
