@@ -13,7 +13,7 @@ BIN := $(VENV)/bin
 LINT_DIRS := $(wildcard trak_dist tests benchmarks launch)
 
 .PHONY: install install-test run test test-fast lint typecheck cuda bench dist wheel-check clean \
-	device-wheels device-dry-run
+	device-wheels device-dry-run docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -28,6 +28,12 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install -q $(TORCH_SPEC); fi
 	$(BIN)/python -m pip install -q -e ".[test]"
 	@touch $@ $(VENV)/.installed-run
+
+# the docs site's tools (the `docs` extra: MkDocs Material, mkdocstrings), with torch pinned as above
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install -q $(TORCH_SPEC); fi
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	@touch $@
 
 install: $(VENV)/.installed-run
 install-test: $(VENV)/.installed-test
@@ -48,6 +54,11 @@ lint: install-test
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
+
+# the docs site (mkdocs.yml, docs/) into site/; --strict: a broken link, a missing page or anchor,
+# or a page left out of the nav fails it
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 cuda:
 	$(MAKE) -C cuda_ext
@@ -74,4 +85,4 @@ wheel-check: install-test
 	PYTHON=$(PYTHON) TORCH_SPEC="$(TORCH_SPEC)" bash .ci/wheel-check.sh
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info cuda_ext/build .device
+	rm -rf $(VENV) build dist *.egg-info cuda_ext/build .device site

@@ -1,4 +1,4 @@
-"""The Python entry point: its docstring example and the README's run as written."""
+"""The Python entry point: its docstring example and docs/tasks.md's run as written."""
 
 import re
 from pathlib import Path
@@ -38,11 +38,12 @@ def test_docstring_example_runs(ray_session, tmp_path, monkeypatch):
     assert scope["ev"].run.trained == 20 and 0.1 < scope["lds"] < 1
 
 
-def test_readme_own_model_example_is_the_docstring_one():
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+def test_docs_own_model_example_is_the_docstring_one():
+    page = (ROOT / "docs" / "tasks.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     assert any(_docstring_example() in block for block in blocks), (
-        "README's Python example must be trak_dist.api's docstring example (which a test runs)"
+        "docs/tasks.md's Python example must be trak_dist.api's docstring example (which a test "
+        "runs)"
     )
 
 

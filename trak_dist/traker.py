@@ -1,6 +1,6 @@
 """``TRAKer``: traker 0.3.2's API on the trak_dist store (``from trak_dist import TRAKer``).
 
-Deliberate differences are listed in README "Switching from traker" (same Rademacher matrix on
+Deliberate differences are listed in docs/traker.md (same Rademacher matrix on
 CPU and GPU, float64 XᵀX, float32 Q and scores, Φ never materialised, no implicit deletion)."""
 
 from __future__ import annotations
