@@ -23,7 +23,7 @@ from trak_dist.projection import BACKENDS, ProjectionKind
 from trak_dist.remote import check_options
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
-from trak_dist.store import CODECS
+from trak_dist.store import CODECS, MIN_CHUNK_ROWS
 from trak_dist.tasks import CURVATURES, task_defaults
 
 CLUSTER_KINDS = ("local", "inprocess", "ray", "slurm")
@@ -293,11 +293,14 @@ class JobConfig:
             )
         shard = self.featurize.shard_rows
         chunk = self.store.chunk_rows
-        if shard is not None and chunk != AUTO and shard % chunk:
+        # auto's chunks are powers of two of at least MIN_CHUNK_ROWS rows, halved to divide
+        # the shard: a multiple of the least is all it needs
+        least = MIN_CHUNK_ROWS if chunk == AUTO else chunk
+        if shard is not None and shard % least:
+            what = f"{chunk}" if chunk != AUTO else f"auto (at least {MIN_CHUNK_ROWS} rows)"
             raise ConfigError(
-                f"featurize.shard_rows={shard} is not a multiple of store.chunk_rows="
-                f"{self.store.chunk_rows}; shards must cover whole chunks (concurrent writers "
-                "must never share a chunk)."
+                f"featurize.shard_rows={shard} is not a multiple of store.chunk_rows={what}; "
+                "shards must cover whole chunks (concurrent writers must never share a chunk)."
             )
 
     @property

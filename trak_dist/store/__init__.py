@@ -15,7 +15,7 @@ from trak_dist.store._fingerprints import (
     row_hashes,
 )
 from trak_dist.store._integrity import Damage
-from trak_dist.store._layout import resolve_chunk_rows
+from trak_dist.store._layout import MIN_CHUNK_ROWS, resolve_chunk_rows
 from trak_dist.store._lock import ScoringLease, scoring_lease, store_lock
 from trak_dist.store._rows import RowSet, curvature_rows
 from trak_dist.store._spec import FORMAT_VERSION, FeatureSpec
@@ -28,6 +28,7 @@ __all__ = [
     "CODECS",
     "DEFAULT_CODEC",
     "FORMAT_VERSION",
+    "MIN_CHUNK_ROWS",
     "Damage",
     "EvalSet",
     "FeatureSpec",
