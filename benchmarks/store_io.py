@@ -36,7 +36,7 @@ import numpy as np
 
 from benchmarks._table import table
 from tests.fixtures.synthetic import synthetic_spec
-from trak_dist.store import FeatureStore, RowSet
+from trak_dist.store import FeatureStore, RowSet, resolve_chunk_rows
 
 READ_BLOCK = 4096  # the scorer's train block
 
@@ -206,7 +206,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=65536)
     ap.add_argument("--proj-dim", default="4096,512", help="comma-separated widths")
-    ap.add_argument("--chunk-rows", type=int, default=256)
+    ap.add_argument(
+        "--chunk-rows", default="auto", help="rows per chunk, or auto (the store's default)"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--media", default="ram,disk,s3")
     ap.add_argument("--disk-dir", default=".")
@@ -233,8 +235,15 @@ def main() -> None:
                 server = S3Server(Path(disk) / "weed").start()
                 os.environ.update(server.env())
                 found.append(Medium("S3 (SeaweedFS, loopback)", server.url("store_io")))
+            chunks = []
             for p in (int(v) for v in args.proj_dim.split(",")):
-                data = Rows(args.rows, p, args.chunk_rows)
+                chunk = (
+                    resolve_chunk_rows("auto", args.rows, p * 2)
+                    if args.chunk_rows == "auto"
+                    else int(args.chunk_rows)
+                )
+                data = Rows(args.rows, p, chunk)
+                chunks.append(f"p = {p}: {chunk}")
                 for medium in found:
                     out += bench(medium, data, args.rounds, args.cpu_time)
                     print(f"done: {medium.name}, p = {p}", flush=True)
@@ -243,7 +252,8 @@ def main() -> None:
                 server.stop()
     clock = "CPU time" if args.cpu_time else "wall clock"
     print(
-        f"\n{args.rows} rows, chunks of {args.chunk_rows} rows, reads in blocks of {READ_BLOCK}; "
+        f"\n{args.rows} rows, chunks of {args.chunk_rows} rows ({chunks}), reads in blocks of "
+        f"{READ_BLOCK}; "
         f"median of {args.rounds} interleaved rounds, {clock}; load average now "
         f"{os.getloadavg()[0]:.1f}\n"
     )

@@ -21,7 +21,10 @@ import asyncio
 import contextlib
 import functools
 import math
+import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -152,10 +155,8 @@ def store_chunks(arr: zarr.Array[Any], encoded: list[EncodedChunk]) -> None:
     if root is not None:
         if store.read_only:
             raise ValueError(f"the store at {root} was opened read-only; cannot write chunks.")
-        if len(encoded) == 1:
-            _write_file(root / encoded[0].key, encoded[0].buf)
-        else:  # a file's creation and rename wait on the file system, not on a core
-            list(_writers().map(lambda c: _write_file(root / c.key, c.buf), encoded))
+        for chunk in encoded:
+            _write_file(root / chunk.key, chunk.buf)
         return
     prototype = default_buffer_prototype()
 
@@ -165,11 +166,6 @@ def store_chunks(arr: zarr.Array[Any], encoded: list[EncodedChunk]) -> None:
         )
 
     sync(put_all())
-
-
-@functools.cache
-def _writers() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(4, thread_name_prefix="trak-dist-chunk-writer")
 
 
 def _local_root(store: Any) -> Path | None:
@@ -205,8 +201,8 @@ def read_region(arr: zarr.Array[Any], region: tuple[tuple[int, int], ...]) -> np
         return None
     chunks, shape = arr.chunks, arr.shape
     out = np.empty(tuple(b - a for a, b in region), dtype=arr.dtype)
-    nbytes = math.prod(chunks) * arr.dtype.itemsize
     spans = [range(a // c, -(-b // c)) for (a, b), c in zip(region, chunks, strict=True)]
+    jobs = []
     for coords in _coords(spans):
         lo = [c * size for c, size in zip(coords, chunks, strict=True)]
         hi = [min(a + size, dim) for a, size, dim in zip(lo, chunks, shape, strict=True)]
@@ -218,33 +214,78 @@ def read_region(arr: zarr.Array[Any], region: tuple[tuple[int, int], ...]) -> np
             slice(max(a, ra) - a, min(b, rb) - a)
             for a, b, (ra, rb) in zip(lo, hi, region, strict=True)
         )
-        path = root / f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
         whole = all(b - a == size for a, b, size in zip(lo, hi, chunks, strict=True)) and all(
             s.stop - s.start == size for s, size in zip(inner, chunks, strict=True)
         )
-        target = out[got]
-        try:
-            with open(path, "rb", buffering=0) as f:
-                if whole and target.flags.c_contiguous:  # read into the output itself
-                    data = target.reshape(-1).view(np.uint8)
-                    crc = np.empty(4, dtype=np.uint8)
-                    _read_exactly(f, data, path)
-                    _read_exactly(f, crc, path)
-                    if f.read(1):
-                        raise ValueError(f"chunk {path} is longer than its checksum says")
-                else:
-                    raw = np.empty(nbytes + 4, dtype=np.uint8)
-                    _read_exactly(f, raw, path)
-                    if f.read(1):
-                        raise ValueError(f"chunk {path} is longer than its checksum says")
-                    data, crc = raw[:-4], raw[-4:]
-                    target[...] = data.view(arr.dtype).reshape(chunks)[inner]
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):  # as Zarr: unset
-            target[...] = arr.metadata.fill_value
-            continue
-        if google_crc32c.value(data) != int(crc.view("<u4")[0]):
-            raise ValueError(f"chunk {path}: stored and computed checksum do not match")
+        path = root / f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
+        jobs.append((path, out[got], inner, whole))
+
+    def one(job: tuple[Path, np.ndarray, tuple[slice, ...], bool]) -> None:
+        _read_chunk(arr, *job)
+
+    if len(jobs) > 1:  # a read and its checksum wait on memory, not on this thread's core
+        list(_readers().map(one, jobs))
+    else:
+        for job in jobs:
+            one(job)
     return out
+
+
+@functools.cache
+def _readers() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(2, thread_name_prefix="trak-dist-chunk-reader")
+
+
+def _read_chunk(
+    arr: zarr.Array[Any], path: Path, target: np.ndarray, inner: tuple[slice, ...], whole: bool
+) -> None:
+    """One chunk's part ``inner`` into ``target``: a whole chunk straight from its file; a part
+    of one through ``_CACHE`` (the scorer reads blocks of rows smaller than a chunk in order:
+    each chunk is read and checked once, not once per block)."""
+    try:
+        if whole and target.flags.c_contiguous:  # read into the output itself
+            with open(path, "rb", buffering=0) as f:
+                data = target.reshape(-1).view(np.uint8)
+                crc = np.empty(4, dtype=np.uint8)
+                _read_exactly(f, data, path)
+                _read_exactly(f, crc, path)
+                if f.read(1):
+                    raise ValueError(f"chunk {path} is longer than its checksum says")
+            _check(data, crc, path)
+            return
+        stat = os.stat(path)
+        key = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        with _CACHE_LOCK:
+            data = _CACHE.get(key)
+        if data is None:
+            nbytes = math.prod(arr.chunks) * arr.dtype.itemsize
+            raw = np.empty(nbytes + 4, dtype=np.uint8)
+            with open(path, "rb", buffering=0) as f:
+                _read_exactly(f, raw, path)
+                if f.read(1):
+                    raise ValueError(f"chunk {path} is longer than its checksum says")
+            data = raw[:-4]
+            _check(data, raw[-4:], path)
+            if nbytes <= CACHE_BYTES // 2:
+                with _CACHE_LOCK:
+                    _CACHE[key] = data
+                    while len(_CACHE) > 2:
+                        _CACHE.popitem(last=False)
+        target[...] = data.view(arr.dtype).reshape(arr.chunks)[inner]
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):  # as Zarr: unset
+        target[...] = arr.metadata.fill_value
+
+
+# the last chunks read in part, checked: a chunk file replaced (repair, a rerun's write) has a
+# new inode and time, so a stale copy is never served
+CACHE_BYTES = 64 << 20
+_CACHE: OrderedDict[tuple[str, int, int, int], np.ndarray] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _check(data: np.ndarray, crc: np.ndarray, path: Path) -> None:
+    if google_crc32c.value(data) != int(crc.view("<u4")[0]):
+        raise ValueError(f"chunk {path}: stored and computed checksum do not match")
 
 
 def _read_exactly(f: Any, into: np.ndarray, path: Path) -> None:
