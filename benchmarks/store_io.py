@@ -251,8 +251,9 @@ def main() -> None:
             if server is not None:
                 server.stop()
     clock = "CPU time" if args.cpu_time else "wall clock"
+    sizes = ", ".join(chunks)
     print(
-        f"\n{args.rows} rows, chunks of {args.chunk_rows} rows ({chunks}), reads in blocks of "
+        f"\n{args.rows} rows, chunks of {args.chunk_rows} rows ({sizes}), reads in blocks of "
         f"{READ_BLOCK}; "
         f"median of {args.rounds} interleaved rounds, {clock}; load average now "
         f"{os.getloadavg()[0]:.1f}\n"
