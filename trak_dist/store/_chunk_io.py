@@ -256,8 +256,8 @@ def _read_chunk(
         stat = os.stat(path)
         key = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
         with _CACHE_LOCK:
-            data = _CACHE.get(key)
-        if data is None:
+            kept = _CACHE.get(key)
+        if kept is None:
             nbytes = math.prod(arr.chunks) * arr.dtype.itemsize
             raw = np.empty(nbytes + 4, dtype=np.uint8)
             with open(path, "rb", buffering=0) as f:
@@ -271,7 +271,8 @@ def _read_chunk(
                     _CACHE[key] = data
                     while len(_CACHE) > 2:
                         _CACHE.popitem(last=False)
-        target[...] = data.view(arr.dtype).reshape(arr.chunks)[inner]
+            kept = data
+        target[...] = kept.view(arr.dtype).reshape(arr.chunks)[inner]
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):  # as Zarr: unset
         target[...] = arr.metadata.fill_value
 
