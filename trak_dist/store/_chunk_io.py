@@ -6,9 +6,10 @@ memory; with numpy's float32 → float16 cast (a scalar loop) before it, a row s
 at a tenth of a plain file's speed on the same RAM disk (docs/store.md, "Speed";
 ``python -m benchmarks.store_io``). Here the rows are cast straight into each chunk's own
 buffer (torch's vectorised cast: the same bits as numpy's, ``tests/store/test_chunk_io.py``),
-checked finite in that buffer, its crc32c written behind them, and the buffers handed to the
-store concurrently. The bytes are exactly those of Zarr's chain ``bytes`` (little endian) →
-``crc32c``, so Zarr reads them, and verify and repair check them, as before. An array with any
+checked finite in that buffer, its crc32c written behind them, and each buffer written as one
+file (on S3, all of a write's chunks in one concurrent call). The bytes are exactly those of
+Zarr's chain ``bytes`` (little endian) → ``crc32c``, so Zarr reads them, and verify and repair
+check them, as before. An array with any
 other chain (a compressor: ``store.codec``) is written through Zarr.
 
 Reads of such arrays in a local store (``read_region``) go straight from the chunk files into
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import math
 import os
 import threading
@@ -118,7 +120,7 @@ def encode_rows(arr: zarr.Array[Any], rows: slice, values: np.ndarray) -> list[E
     out = []
     for r0 in range(start, stop, chunks[0]):
         r1 = min(r0 + chunks[0], shape[0])
-        for spans in _product(col_spans):
+        for spans in itertools.product(*col_spans):
             buf = np.empty(math.prod(chunks) * itemsize + 4, dtype=np.uint8)
             data = buf[:-4].view(arr.dtype).reshape(chunks)
             region = (slice(0, r1 - r0), *(slice(0, b - a) for a, b in spans))
@@ -130,13 +132,6 @@ def encode_rows(arr: zarr.Array[Any], rows: slice, values: np.ndarray) -> list[E
             coords = (r0 // chunks[0], *(a // size for (a, _), size in cols))
             key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
             out.append(EncodedChunk(key, buf, data[region]))
-    return out
-
-
-def _product(spans: list[list[tuple[int, int]]]) -> list[tuple[tuple[int, int], ...]]:
-    out: list[tuple[tuple[int, int], ...]] = [()]
-    for axis in spans:
-        out = [(*o, s) for o in out for s in axis]
     return out
 
 
@@ -203,7 +198,7 @@ def read_region(arr: zarr.Array[Any], region: tuple[tuple[int, int], ...]) -> np
     out = np.empty(tuple(b - a for a, b in region), dtype=arr.dtype)
     spans = [range(a // c, -(-b // c)) for (a, b), c in zip(region, chunks, strict=True)]
     jobs = []
-    for coords in _coords(spans):
+    for coords in itertools.product(*spans):
         lo = [c * size for c, size in zip(coords, chunks, strict=True)]
         hi = [min(a + size, dim) for a, size, dim in zip(lo, chunks, shape, strict=True)]
         got = tuple(
@@ -214,9 +209,8 @@ def read_region(arr: zarr.Array[Any], region: tuple[tuple[int, int], ...]) -> np
             slice(max(a, ra) - a, min(b, rb) - a)
             for a, b, (ra, rb) in zip(lo, hi, region, strict=True)
         )
-        whole = all(b - a == size for a, b, size in zip(lo, hi, chunks, strict=True)) and all(
-            s.stop - s.start == size for s, size in zip(inner, chunks, strict=True)
-        )
+        # every row and column of the chunk wanted (an edge chunk's never are: it is padded)
+        whole = all(s.stop - s.start == size for s, size in zip(inner, chunks, strict=True))
         path = root / f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
         jobs.append((path, out[got], inner, whole))
 
@@ -297,13 +291,6 @@ def _read_exactly(f: Any, into: np.ndarray, path: Path) -> None:
         if not got:
             raise ValueError(f"chunk {path} is shorter than its checksum says (truncated)")
         done += got
-
-
-def _coords(spans: list[range]) -> list[tuple[int, ...]]:
-    out: list[tuple[int, ...]] = [()]
-    for axis in spans:
-        out = [(*o, c) for o in out for c in axis]
-    return out
 
 
 def all_finite(values: list[np.ndarray], q: np.ndarray | None = None) -> bool:

@@ -189,18 +189,19 @@ class RowSet:
         """``values`` for ``arr[rows]`` as stored: its chunks' bytes (``_chunk_io``) where the
         array is plain, else the values cast (Zarr encodes them); ``inds`` (rows of X or G):
         NonFiniteError before anything is written if a row is not finite as stored."""
-        if inds is not None and values.shape[1] != self.proj_dim:
-            raise ConfigError(
-                f"rows have {values.shape[1]} columns; the store holds {self.proj_dim}."
-            )
         if not is_plain(arr):
             return arr, (values if inds is None else self.stored(inds, values, q))
+        if inds is not None:
+            self._check_width(values)
         with one_thread():
             chunks = encode_rows(arr, rows, values)
-            finite = inds is None or all_finite([c.data for c in chunks], q)
-        if not finite and inds is not None:
-            self.stored(inds, values, q)  # names the rows and raises
+            if inds is not None and not all_finite([c.data for c in chunks], q):
+                self.stored(inds, values, q)  # names the rows and raises
         return arr, chunks
+
+    def _check_width(self, x: np.ndarray) -> None:
+        if x.shape[1] != self.proj_dim:
+            raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
 
     def describe(self) -> str:
         """Whose rows these are, for messages: ``train rows of model_id=0``."""
@@ -210,8 +211,7 @@ class RowSet:
         """``x`` in the store's dtype; NonFiniteError (naming rows ``inds``) before anything of
         it is written or staged if a row is NaN/inf. Only new rows are checked here (``write``,
         ``write_rows``); what is read back (a fold) is checked by ``checked_read``."""
-        if x.shape[1] != self.proj_dim:
-            raise ConfigError(f"rows have {x.shape[1]} columns; the store holds {self.proj_dim}.")
+        self._check_width(x)
         with np.errstate(over="ignore"):  # an overflow to inf is refused, with its cause, below
             stored = x.astype(self.X.dtype, copy=False)
         refuse_non_finite_rows(stored, x, q, inds, self.describe())
