@@ -12,7 +12,7 @@ import zarr
 from tests.fixtures.synthetic import synthetic_spec
 from trak_dist.errors import NonFiniteError, StoreDamagedError
 from trak_dist.store import FeatureStore, resolve_chunk_rows
-from trak_dist.store._chunk_io import encode_rows, is_plain, read_region, store_chunks
+from trak_dist.store._chunk_io import as_stored, encode_rows, is_plain, read_region, store_chunks
 from trak_dist.store._layout import MIN_CHUNK_ROWS, auto_chunk_rows
 from trak_dist.store._zarr import compressors
 
@@ -58,12 +58,13 @@ def test_the_cast_rounds_as_numpy_s_on_every_float32_bit_pattern_sampled():
     x = bits.view(np.float32).reshape(-1, 1000)
     g = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
     arr = g.create_array("X", shape=x.shape, chunks=(500, 1000), dtype="float16", fill_value=0)
-    data = np.concatenate([c.data for c in encode_rows(arr, slice(0, x.shape[0]), x)])
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
     keep = ~np.isnan(want)
-    np.testing.assert_array_equal(data[keep].view(np.uint16), want[keep].view(np.uint16))
-    np.testing.assert_array_equal(np.isnan(data), np.isnan(want))
+    encoded = np.concatenate([c.data for c in encode_rows(arr, slice(0, x.shape[0]), x)])
+    for data in (encoded, as_stored(x, np.dtype(np.float16))):  # the store's and the worker's
+        np.testing.assert_array_equal(data[keep].view(np.uint16), want[keep].view(np.uint16))
+        np.testing.assert_array_equal(np.isnan(data), np.isnan(want))
 
 
 def test_reads_from_the_files_equal_zarr_s_for_any_region(tmp_path):

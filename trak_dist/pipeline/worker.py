@@ -28,6 +28,7 @@ from trak_dist.sources import (
 from trak_dist.store import (
     FeatureStore,
     RowSet,
+    as_stored,
     check_unchanged,
     curvature_rows,
     file_fingerprint,
@@ -188,4 +189,5 @@ class Worker:
         self.store.bind(rows, self._fingerprint, f"{task}")
         rows.commit(c0, c1)
         # rounded to the stored dtype, so the partial K equals one recomputed from the store
-        return chunk.astype(rows.X.dtype) if g is None else curvature_rows(g.astype(rows.X.dtype))
+        dtype = rows.X.dtype
+        return as_stored(chunk, dtype) if g is None else curvature_rows(as_stored(g, dtype))

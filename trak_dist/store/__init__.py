@@ -3,7 +3,7 @@
 # trak_dist.remote's URL helpers, still exported here for callers of before
 from trak_dist.remote import check_options as check_store_options
 from trak_dist.remote import is_url, local_copy, local_path, put_beside, redact
-from trak_dist.store._chunk_io import one_thread
+from trak_dist.store._chunk_io import as_stored, one_thread
 from trak_dist.store._eval import EvalSet, subset_mask
 from trak_dist.store._fingerprints import (
     check_unchanged,
@@ -36,6 +36,7 @@ __all__ = [
     "RowSet",
     "ScoreSet",
     "ScoringLease",
+    "as_stored",
     "check_store_options",
     "check_unchanged",
     "checkpoint_fingerprint",

@@ -105,6 +105,15 @@ def _cast_into(out: np.ndarray, values: np.ndarray) -> None:
             np.copyto(out, values, casting="unsafe")
 
 
+def as_stored(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """``values.astype(dtype)``, bit for bit, cast by torch on one thread (numpy's float32 →
+    float16 is a scalar loop, ~10× slower)."""
+    out = np.empty(values.shape, dtype)
+    with one_thread():
+        _cast_into(out, values)
+    return out
+
+
 def encode_rows(arr: zarr.Array[Any], rows: slice, values: np.ndarray) -> list[EncodedChunk]:
     """The chunks of ``arr`` covering ``rows`` (whole row chunks, or up to the last row) holding
     ``values`` (``[rows, *arr.shape[1:]]``, any castable dtype), unsealed; the part of an edge
