@@ -1,6 +1,7 @@
 """The run report and the sweep summary: λ per checkpoint, label agreement, LDS, best point."""
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -87,6 +88,33 @@ def test_report_shows_lambda_per_checkpoint_and_label_agreement(scored):
     assert f"{100 * agree:.1f} % (random train examples: 33.3 %)" in text
     ex = auto["examples"][0]
     assert ex["proponent_labels"] == [int(i) % CLASSES for i in ex["proponents"]]
+
+
+def test_report_gives_each_stage_s_bytes_and_rates(scored):
+    """The bytes featurising wrote are the stored arrays' bytes of the rows computed (counted
+    here from Zarr's own shapes and dtypes), the score step's FLOPs are 2·n·m·p per checkpoint
+    per variant, and the rates are those over the phases' seconds."""
+    store, result, _, _ = scored
+    result = dataclasses.replace(result, phases={"featurize": 2.0, "score": 4.0, "total": 7.0})
+    summary = summarize(result)
+    pace = summary["pace"]
+    per_row = {
+        kind: sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in g.arrays())
+        for kind, g in (("train", store.train_rows(0)), ("target", store.target_rows("t", 0)))
+    }
+    assert per_row["train"] == 4 * P + 8 + 4  # float32 X, uint64 hash, float32 Q
+    written = 2 * N * per_row["train"] + 2 * M * per_row["target"]
+    assert pace["featurize"]["bytes_written"] == written
+    assert pace["featurize"]["rows_per_s"] == pytest.approx((2 * N + 2 * M) / 2.0, abs=0.1)
+    flop = 2 * (2.0 * N * M * P * 2)  # two variants, two checkpoints each
+    assert pace["score"]["gflop"] == pytest.approx(flop / 1e9, abs=1e-3)
+    assert pace["score"]["gflop_per_s"] == pytest.approx(flop / 4.0 / 1e9, abs=0.01)
+    read = sum(v.bytes_read for v in result.scores)
+    assert read > 0 and pace["score"]["bytes_read"] == read
+    text = to_markdown(summary)
+    assert "| phase | seconds | read | written | rate |" in text
+    assert f"{(2 * N + 2 * M) / 2.0:.4g} rows/s" in text
+    assert "| total | 7.00 |" in text
 
 
 def test_report_shows_the_lds_once_subset_models_exist(scored):

@@ -1,7 +1,8 @@
-"""The run report: phase times, where results are, reuse counts, the λ used per checkpoint, how
-often proponents share their target's label, top proponents of a few targets (as decoded text
-for text data; with a PNG of targets beside their proponents and opponents for images), and the
-LDS when ``trak-dist eval`` has stored subset models for the experiment."""
+"""The run report: phase times with the bytes and rates of each stage (``_pace.py``), where
+results are, reuse counts, the λ used per checkpoint, how often proponents share their target's
+label, top proponents of a few targets (as decoded text for text data; with a PNG of targets
+beside their proponents and opponents for images), and the LDS when ``trak-dist eval`` has
+stored subset models for the experiment."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from trak_dist._method import describe, method_line, scaling_line
+from trak_dist._pace import pace_table, stage_pace
 from trak_dist._version import __version__
 from trak_dist.errors import StoreStateError
 from trak_dist.explain import shorten
@@ -102,6 +104,7 @@ def summarize(
     }
     opened = FeatureStore.open(result.store, mode="r", options=result.store_options)
     out["method"] = describe(opened.spec)
+    out["pace"] = stage_pace(result, opened)
     train = targets = None
     if train_ref is not None and target_ref is not None:
         train = build_dataset(train_ref, data_kwargs or {}, "data.train")
@@ -176,9 +179,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
         f"{summary['rows_reused']}; worker restarts {summary['worker_restarts']}, "
         f"shard retries {summary['task_retries']}",
         "",
-        "| phase | seconds |",
-        "| --- | ---: |",
-        *[f"| {k} | {v:.2f} |" for k, v in summary["phases_s"].items()],
+        *pace_table(summary["phases_s"], summary.get("pace", {})),
     ]
     if "figure" in summary:
         lines += [
