@@ -96,11 +96,6 @@ def auto_rule() -> str:
     return f"{AUTO_SCALE:g} × tr(K) / min(r, p)"
 
 
-def lambda_label(lambda_reg: LambdaReg) -> str:
-    """``auto`` or the number as ``%g`` (the suffix of a variant's name)."""
-    return AUTO if lambda_reg == AUTO else f"{float(lambda_reg):g}"
-
-
 def best_record(
     store: FeatureStore, exp: str, proj_dim: int, kinv_scaling: str = "mean_abs"
 ) -> dict[str, Any]:
