@@ -133,13 +133,9 @@ def run_and_report(cfg: JobConfig, report_dir: Path) -> dict[str, Any]:
 def report(cfg: JobConfig, result: JobResult, report_dir: Path) -> dict[str, Any]:
     """The run report of ``result`` in ``report_dir``; returns its summary
     (``summary["report"]``: its Markdown file)."""
-    from trak_dist.report import summarize, write
+    from trak_dist.report import report_job
 
-    summary = summarize(result, cfg.data.train, cfg.data.targets, cfg.data.kwargs)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    md, _ = write(summary, report_dir / (cfg.report or "trak_report"))
-    summary["report"] = str(md)
-    return summary
+    return report_job(cfg, result, report_dir / (cfg.report or "trak_report"))
 
 
 def evaluate_and_report(cfg: JobConfig, report_dir: Path) -> dict[str, Any]:

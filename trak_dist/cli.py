@@ -68,7 +68,7 @@ def sweep_width(argv: list[str]) -> list[str]:
 def _run(cfg: DictConfig) -> dict[str, Any]:
     from trak_dist.api import run_config
     from trak_dist.pipeline import resolve_inputs
-    from trak_dist.report import summarize, to_markdown, write
+    from trak_dist.report import report_job, to_markdown
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -77,15 +77,12 @@ def _run(cfg: DictConfig) -> dict[str, Any]:
     job = resolve_inputs(job)  # the report reads the same datasets as the workers
     result = run_config(job, keep_alive=multirun)
     stem = Path(hc.runtime.output_dir) / job.report if job.report else None
-    figure = None if stem is None else stem.with_suffix(".png")
-    summary = summarize(result, job.data.train, job.data.targets, job.data.kwargs, figure)
-    summary["overrides"] = list(hc.overrides.task)
+    summary = report_job(job, result, stem, {"overrides": list(hc.overrides.task)})
     if stem is not None:
-        md, js = write(summary, stem)
-        summary["report"] = str(md)
         # a store on object storage gets the report beside it: no shared folder needed
         run = run_name(hc.runtime.output_dir)
-        urls = publish([md, js, stem.with_suffix(".png")], job.store.path, run, job.store.options)
+        files = [stem.with_suffix(s) for s in (".md", ".json", ".png")]
+        urls = publish(files, job.store.path, run, job.store.options)
         summary["report"] = urls[0] if urls else summary["report"]
     print(to_markdown(summary))
     if job.report:

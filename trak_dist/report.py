@@ -15,6 +15,7 @@ import numpy as np
 from trak_dist._method import describe, method_line, scaling_line
 from trak_dist._pace import pace_table, stage_pace
 from trak_dist._version import __version__
+from trak_dist.config import JobConfig
 from trak_dist.errors import StoreStateError
 from trak_dist.explain import shorten
 from trak_dist.pipeline import JobResult
@@ -273,6 +274,24 @@ def _quality(v: dict[str, Any]) -> list[str]:
             f"{100 * v['label_agreement_chance']:.1f} %)"
         )
     return lines
+
+
+def report_job(
+    job: JobConfig, result: JobResult, stem: Path | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The summary of ``job``'s ``result`` (with its datasets' labels and texts), ``extra``
+    entries added; with ``stem``, written there as Markdown, JSON and (image data) a PNG, and
+    ``summary["report"]`` the Markdown file. The one way every front door reports a run."""
+    figure = None
+    if stem is not None:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        figure = stem.with_suffix(".png")
+    summary = summarize(result, job.data.train, job.data.targets, job.data.kwargs, figure)
+    summary.update(extra or {})
+    if stem is not None:
+        md, _ = write(summary, stem)
+        summary["report"] = str(md)
+    return summary
 
 
 def write(summary: dict[str, Any], stem: str | Path) -> tuple[Path, Path]:
