@@ -16,7 +16,13 @@ from trak_dist._compose import compose_job
 from trak_dist.cli import sweep_width
 from trak_dist.scoring import resolve_kinv_scaling
 from trak_dist.store._spec import FORMAT_VERSION
-from trak_dist.tasks import CausalLM, resolve_curvature, resolve_task, task_defaults
+from trak_dist.tasks import (
+    CausalLM,
+    TaskDefaults,
+    resolve_curvature,
+    resolve_task,
+    task_defaults,
+)
 
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
 # the CLI in a process where importing Ray fails (the GPU check machine has no Ray at all)
@@ -119,10 +125,13 @@ def test_per_task_defaults_leave_the_digits_default_job_as_it_was():
     assert (chosen.proj_dim, chosen.projection.kind) == (512, "rademacher")
     by_path = task_defaults("trak_dist.tasks:CausalLM")
     assert (by_path, task_defaults(CausalLM()), task_defaults("image_classification")) == (
-        (2048, "kronecker"),
-        (2048, "kronecker"),
-        (512, "rademacher"),
+        TaskDefaults(2048, "kronecker", "fisher"),
+        TaskDefaults(2048, "kronecker", "fisher"),
+        TaskDefaults(512, "rademacher", "xtx"),
     )
+    # TRAKer's other tasks keep traker's p = 2048 (docs/traker.md); its causal LMs are the job's
+    assert task_defaults("image_classification", traker=True).proj_dim == 2048
+    assert task_defaults("causal_lm", traker=True) == task_defaults("causal_lm")
 
 
 @pytest.mark.slow

@@ -99,6 +99,10 @@ def traker_scores(make, task_name, states, train, targets, save_dir, **kw):
         lambda_reg=LAMBDA,
         projector_seed=SEED,
         use_half_precision=False,
+        # the dense solve's: traker's Rademacher matrix and XᵀX (a causal LM's default at every
+        # door is Kronecker + the sampled-label Fisher, tasks/_defaults.py)
+        projection="rademacher",
+        curvature="xtx",
         **kw,
     )
     for i, state in enumerate(states):
@@ -165,7 +169,7 @@ def test_run_on_ray_equals_traker(ray_session, lm_states, attn, tmp_path):
         proj_dim=P,
         lambda_reg=LAMBDA,
         num_workers=2,
-        # TRAKer's projection and XᵀX (causal_lm's default is Kronecker + sampled-label Fisher)
+        # traker_scores' projection and XᵀX (causal_lm's default is Kronecker + the Fisher)
         projection=ProjectionConfig(kind="rademacher", seed=SEED),
         featurize=FeaturizeConfig(micro_batch=4, half_precision=False, curvature="xtx"),
         progress=False,

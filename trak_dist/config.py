@@ -24,7 +24,7 @@ from trak_dist.remote import check_options
 from trak_dist.scoring import ScoringConfig as ScoringConfig  # re-exported: a JobConfig section
 from trak_dist.scoring import parse_lambda
 from trak_dist.store import CODECS, MIN_CHUNK_ROWS
-from trak_dist.tasks import CURVATURES, task_defaults
+from trak_dist.tasks import CURVATURES, FISHER_DRAWS, task_defaults
 
 CLUSTER_KINDS = ("local", "inprocess", "ray", "slurm")
 HF_DTYPES = ("float32", "bfloat16", "float16")
@@ -169,7 +169,8 @@ class FeaturizeConfig:
         max_task_retries: reruns of a failed shard before the job fails.
         curvature: K's Gram: ``xtx`` (TRAK's XᵀX), ``fisher`` (GᵀG of the sampled-label
             Fisher's rows, a second backward, stored beside X: ``tasks/_sampled.py``) or
-            ``auto`` (``fisher`` for ``causal_lm``, else ``xtx``; docs/design.md, invariant 4).
+            ``auto`` (``tasks.task_defaults``: ``fisher`` for ``causal_lm``, else ``xtx``;
+            docs/design.md, invariant 4).
         fisher_draws: label draws per row for ``fisher``; K is the mean of their Grams.
     """
 
@@ -180,7 +181,7 @@ class FeaturizeConfig:
     max_task_retries: int = 2
     gradient_engine: str = "auto"
     curvature: str = "auto"
-    fisher_draws: int = 1
+    fisher_draws: int = FISHER_DRAWS
 
     def __post_init__(self) -> None:
         _positive(self, "micro_batch", "shard_rows", "fisher_draws")
@@ -277,11 +278,11 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         # frozen: the per-task defaults resolved in place (``task_defaults``)
-        proj_dim, kind = task_defaults(self.task.name)
+        auto = task_defaults(self.task.name)
         if self.proj_dim == AUTO:
-            object.__setattr__(self, "proj_dim", proj_dim)
+            object.__setattr__(self, "proj_dim", auto.proj_dim)
         if self.projection.kind == AUTO:
-            object.__setattr__(self, "projection", replace(self.projection, kind=kind))
+            object.__setattr__(self, "projection", replace(self.projection, kind=auto.projection))
         _positive(self, "proj_dim")
         # frozen: normalise in place ("auto" or a float) once validated
         object.__setattr__(self, "lambda_reg", parse_lambda(self.lambda_reg, "lambda_reg"))

@@ -63,14 +63,18 @@ class Featurizer:
         self.sampled = sampled
         self.normalize_factor = normalize_factor(computer.layout.grad_dim, projector, micro_batch)
 
-    def fisher(self, batch: Batch, model_id: int, start: int, draw: int = 0) -> Tensor:
+    def fisher(self, batch: Batch, model_id: int, start: int | Tensor, draw: int = 0) -> Tensor:
         """``[B, p]`` float32 rows G of the sampled-label Fisher (``tasks/_sampled.py``) for
-        rows ``[start, start + B)`` of their set: the same P and scaling as X, the gradients of
-        the log-likelihood of labels drawn from the model with each row's own uniforms (those
-        of label draw ``draw``)."""
+        rows ``[start, start + B)`` of their set (or, ``start`` a ``[B]`` tensor, for those
+        rows: TRAKer's ``inds``): the same P and scaling as X, the gradients of the
+        log-likelihood of labels drawn from the model with each row's own uniforms (those of
+        label draw ``draw``)."""
         if self.sampled is None:
             raise ConfigError("this featurizer was built without a sampled-label task.")
-        rows = torch.arange(start, start + batch_size(batch))
+        if isinstance(start, Tensor):
+            rows = start.reshape(-1).to(torch.int64)
+        else:
+            rows = torch.arange(start, start + batch_size(batch))
         seed = int(getattr(self.projector, "seed", 0))
         noise = uniform_rows(seed, model_id, rows, self.sampled.width(batch), draw=draw)
         was = self.computer.task

@@ -26,6 +26,7 @@ from trak_dist.compat import (
     make_featurizer,
     own_projector,
     projection_name,
+    traker_classes,
     write_batch,
     writer_name,
 )
@@ -34,7 +35,7 @@ from trak_dist.gradients import GradientComputer, make_computer
 from trak_dist.pipeline import Reducer
 from trak_dist.projection import Projector
 from trak_dist.remote import is_url, local_path
-from trak_dist.scoring import ScoreRequest, ScoringConfig, parse_lambda
+from trak_dist.scoring import ScoreRequest, ScoringConfig, parse_lambda, resolve_kinv_scaling
 from trak_dist.store import (
     DEFAULT_CODEC,
     FeatureSpec,
@@ -44,7 +45,14 @@ from trak_dist.store import (
     store_lock,
     variant_name,
 )
-from trak_dist.tasks import describe, resolve_task
+from trak_dist.tasks import (
+    FISHER_DRAWS,
+    SampledLabels,
+    describe,
+    resolve_curvature,
+    resolve_task,
+    task_defaults,
+)
 
 logger = logging.getLogger("trak_dist")
 
@@ -53,20 +61,30 @@ class TRAKer:
     """TRAK scores for a model, its checkpoints, a train set and target sets (traker's API).
 
     Arguments are traker 0.3.2's, except: ``lambda_reg`` defaults to ``"auto"`` (λ per
-    checkpoint from the spectrum of XᵀX; ``0.0`` is traker's default); ``proj_max_batch_size``
-    is ignored; ``saver`` and ``score_computer`` are not supported (``traker.saver`` is a
-    read-only view of the store). ``gradient_computer`` and ``projector`` accept ours or
-    traker's classes. ``load_from_save_dir=False`` ignores other processes' checkpoints but
-    deletes nothing; ``overwrite=True`` deletes the whole store.
+    checkpoint from the spectrum of XᵀX; ``0.0`` is traker's default); ``proj_dim``, the
+    projection and the curvature default per task (``tasks.task_defaults``, as for
+    ``trak-dist`` and ``trak_dist.run``: a causal LM gets the Kronecker projection at p = 2048
+    and the sampled-label Fisher as K; other tasks keep traker's dense p = 2048 with XᵀX);
+    ``proj_max_batch_size`` is ignored; ``saver`` and ``score_computer`` are not supported
+    (``traker.saver`` is a read-only view of the store). ``gradient_computer`` and
+    ``projector`` accept ours or traker's classes. ``load_from_save_dir=False`` ignores other
+    processes' checkpoints but deletes nothing; ``overwrite=True`` deletes the whole store.
 
     Args (the extra keywords):
         overwrite: delete the store at ``save_dir`` first.
         micro_batch_size: samples per gradient call (bounds memory); None for the whole batch.
         gradient_engine: ``auto``, ``vmap`` or ``hooks`` (see ``make_computer``), when no
             ``gradient_computer`` class is given.
-        projection: ``rademacher`` (default), ``normal``, ``identity`` or ``kronecker``.
+        projection: ``rademacher``, ``normal``, ``identity`` or ``kronecker``; None: the
+            task's default (``kronecker`` for causal LMs, else ``rademacher``).
+        curvature: K's Gram: ``xtx`` (traker's XᵀX), ``fisher`` (the sampled-label Fisher's
+            GᵀG, a second backward per train row) or ``auto``: the task's default (``fisher``
+            for causal LMs, else ``xtx``; ``xtx`` when a traker gradient computer or projector
+            is passed, which cannot give the Fisher's rows).
+        fisher_draws: label draws per train row with ``fisher``; K is the mean of their Grams.
         kinv_scaling: ``mean_abs`` (traker's: K⁻¹ divided by its mean |entry|), ``none``,
-            ``per_target`` or ``auto`` (docs/design.md, "Checkpoint weights").
+            ``per_target`` or ``auto`` (the default: ``per_target`` with a causal LM's Fisher,
+            else ``mean_abs``; docs/design.md, "Checkpoint weights").
         dataset_fingerprint: names the train set in the store (rows are hashed regardless).
         store_codec, chunk_rows: storage layout (see ``FeatureSpec``).
         topk: proponents/opponents kept per target.
@@ -86,7 +104,7 @@ class TRAKer:
         projector: Projector | Any | None = None,
         saver: Any = None,
         score_computer: Any = None,
-        proj_dim: int = 2048,
+        proj_dim: int | None = None,
         logging_level: int = logging.INFO,
         use_half_precision: bool = True,
         proj_max_batch_size: int = 32,
@@ -97,8 +115,10 @@ class TRAKer:
         overwrite: bool = False,
         micro_batch_size: int | None = None,
         gradient_engine: str = "auto",
-        projection: str = "rademacher",
-        kinv_scaling: str = "mean_abs",
+        projection: str | None = None,
+        curvature: str = "auto",
+        fisher_draws: int = FISHER_DRAWS,
+        kinv_scaling: str = "auto",
         dataset_fingerprint: str = "unspecified",
         store_codec: str = DEFAULT_CODEC,
         chunk_rows: int = 256,
@@ -115,8 +135,8 @@ class TRAKer:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.task = resolve_task(task)
+        defaults = task_defaults(self.task, traker=True)
         self.lambda_reg = parse_lambda(lambda_reg)
-        self.kinv_scaling = "mean_abs" if kinv_scaling == "auto" else kinv_scaling  # XᵀX's auto
         self.topk = topk
         grad_wrt = None if grad_wrt is None else tuple(grad_wrt)
         dtype = torch.float16 if use_half_precision else torch.float32
@@ -136,10 +156,19 @@ class TRAKer:
             )
         d = self.computer.layout.grad_dim
         self.projector = adapt_projector(projector, d) or own_projector(
-            self.model, self.computer.layout, projection, proj_dim, projector_seed, self.device
+            self.model,
+            self.computer.layout,
+            projection or defaults.projection,
+            defaults.proj_dim if proj_dim is None else proj_dim,
+            projector_seed,
+            self.device,
         )
         self.proj_dim = self.projector.proj_dim
-        self.featurizer = make_featurizer(self.computer, self.projector, micro_batch_size)
+        if curvature == "auto" and traker_classes(self.computer, self.projector):
+            curvature = "xtx"  # traker's featurize step has no Fisher rows to give
+        curvature = resolve_curvature(curvature, self.task)
+        sampled = SampledLabels(self.task) if curvature == "fisher" else None
+        self.featurizer = make_featurizer(self.computer, self.projector, micro_batch_size, sampled)
         spec = FeatureSpec(
             proj_dim=self.proj_dim,
             projection=projection_name(self.projector),
@@ -152,11 +181,15 @@ class TRAKer:
             dtype="float16" if use_half_precision else "float32",
             chunk_rows=chunk_rows,
             projection_params=getattr(self.projector, "spec_params", ""),
+            curvature=curvature,
+            fisher_draws=fisher_draws,
         )
         self.save_dir = save_dir if is_url(save_dir) else Path(local_path(save_dir)).resolve()
         self.store = FeatureStore.create_or_open(
             self.save_dir, spec, store_codec, overwrite, options=storage_options
         )
+        # auto from the store's spec, as wherever scores are made (scoring.resolve_kinv_scaling)
+        self.kinv_scaling = resolve_kinv_scaling(kinv_scaling, self.store.spec)
         self.reducer = Reducer(self.store, self.device)
         self.load_from_save_dir = bool(load_from_save_dir)
         self._mine: set[int] = set()  # checkpoints this instance loaded (load_from_save_dir=False)

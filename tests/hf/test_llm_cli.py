@@ -34,8 +34,9 @@ from trak_dist.store import FeatureStore
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 CLI = [sys.executable, "-c", "from trak_dist.cli import main; main()"]
-# projection/curvature pinned to TRAKer's (dense, XᵀX): the CLI's causal_lm default is Kronecker
-# + sampled-label Fisher (tasks/_defaults.py), which the traker-compatible API does not use
+# projection/curvature pinned (dense, XᵀX) at both doors, as in TRAKer's traker-style runs here;
+# their common causal_lm default, Kronecker + the sampled-label Fisher (tasks/_defaults.py), is
+# compared in tests/test_traker_defaults.py
 PINS = ["proj_dim=16", "projection=rademacher", "featurize.curvature=xtx", "progress=false"]
 SMALL = [*PINS, "cluster=local", "cluster.num_workers=1"]
 # what is checked is the model side (adapters, dtypes), not the executor: no Ray (~20 s less)
@@ -85,6 +86,8 @@ def _traker_scores(root: Path, ckpts: list[Path], dtype: str, train, targets) ->
         save_dir=root / "api.zarr",
         device="cpu",
         proj_dim=16,
+        projection="rademacher",  # PINS
+        curvature="xtx",
     )
     for i, c in enumerate(ckpts):
         traker.load_checkpoint(load_state(c), model_id=i)

@@ -3,7 +3,7 @@ calls them (chosen only when a traker class is passed in), per-row bookkeeping o
 TRAKer's per-batch steps, and a read-only ``saver`` view."""
 
 from trak_dist.compat._batches import fold_targets, write_batch
-from trak_dist.compat._featurizer import DirectFeaturizer, make_featurizer
+from trak_dist.compat._featurizer import DirectFeaturizer, make_featurizer, traker_classes
 from trak_dist.compat._gradients import TrakerGradients, adapt_gradient_computer
 from trak_dist.compat._projector import (
     TrakerProjector,
@@ -27,6 +27,7 @@ __all__ = [
     "make_featurizer",
     "own_projector",
     "projection_name",
+    "traker_classes",
     "write_batch",
     "writer_name",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 from trak_dist.batches import Batch, batch_size, select
@@ -51,7 +52,13 @@ def write_batch(
     try:
         if with_q:
             x, q = featurizer.featurize(sub, model_id)
-            tracker.write(rows[todo], x.numpy(), q.numpy(), hashes[todo])
+            g = None
+            if tracker.rows.G is not None:  # curvature=fisher: the train rows' G, every draw
+                assert isinstance(featurizer, Featurizer)  # make_featurizer refuses the other
+                where = torch.as_tensor(rows[todo])
+                draws = range(len(tracker.rows.g_draws))
+                g = np.stack([featurizer.fisher(sub, model_id, where, d).numpy() for d in draws], 1)
+            tracker.write(rows[todo], x.numpy(), q.numpy(), hashes[todo], g)
         else:
             x = featurizer.project(sub, model_id)
             tracker.write(rows[todo], x.numpy(), None, hashes[todo])

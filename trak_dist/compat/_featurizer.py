@@ -8,9 +8,11 @@ from torch import Tensor
 from trak_dist.batches import Batch, micro_batches
 from trak_dist.compat._gradients import TrakerGradients
 from trak_dist.compat._projector import TrakerProjector
+from trak_dist.errors import ConfigError
 from trak_dist.featurize import Featurizer, normalize_factor
 from trak_dist.gradients import GradientComputer
 from trak_dist.projection import Projector
+from trak_dist.tasks import SampledLabels
 
 
 class DirectFeaturizer:
@@ -48,10 +50,25 @@ class DirectFeaturizer:
         return x, q
 
 
+def traker_classes(computer: GradientComputer | TrakerGradients, projector: Projector) -> bool:
+    """Whether a traker class is on either side (then traker's featurize step runs)."""
+    return not isinstance(computer, GradientComputer) or isinstance(projector, TrakerProjector)
+
+
 def make_featurizer(
-    computer: GradientComputer | TrakerGradients, projector: Projector, micro_batch: int | None
+    computer: GradientComputer | TrakerGradients,
+    projector: Projector,
+    micro_batch: int | None,
+    sampled: SampledLabels | None = None,
 ) -> Featurizer | DirectFeaturizer:
-    """Our Featurizer (the fast path) unless a traker class is on either side."""
+    """Our Featurizer (the fast path; with ``sampled`` it also gives the sampled-label Fisher's
+    rows) unless a traker class is on either side."""
     if isinstance(computer, GradientComputer) and not isinstance(projector, TrakerProjector):
-        return Featurizer(computer, projector, micro_batch)
+        return Featurizer(computer, projector, micro_batch, sampled)
+    if sampled is not None:
+        raise ConfigError(
+            "curvature='fisher' needs trak_dist's own gradient computer and projector (traker's "
+            "classes give no sampled-label Fisher rows); drop gradient_computer= / projector=, "
+            "or pass curvature='xtx'."
+        )
     return DirectFeaturizer(computer, projector, micro_batch)

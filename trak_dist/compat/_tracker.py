@@ -60,9 +60,17 @@ class RowTracker:
         """``[B]`` the item hashes rows ``inds`` were featurised from (committed or staged)."""
         return self.rows.staged.recorded_hashes(inds, self.checkpoint)
 
-    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
+    def write(
+        self,
+        inds: np.ndarray,
+        x: np.ndarray,
+        q: np.ndarray | None,
+        h: np.ndarray,
+        g: np.ndarray | None = None,
+    ) -> None:
+        """Stage rows ``inds`` (``g``: ``[B, D, p]`` their Fisher rows where the set holds G)."""
         touched = self.rows.staged.write_rows(
-            inds, x, q, h=h, writer=self.writer, checkpoint=self.checkpoint
+            inds, x, q, h=h, writer=self.writer, checkpoint=self.checkpoint, g=g
         )
         self.done[inds] = True
         # only chunks complete as far as this process knows; rows other processes stage after

@@ -40,6 +40,7 @@ class StagedRows:
         h: np.ndarray,
         writer: str,
         checkpoint: str | None = None,
+        g: np.ndarray | None = None,
     ) -> np.ndarray:
         """Write rows ``inds``: chunks they fill whole go to X and are committed; the other
         rows are staged in ``writer``'s shadow until ``fold`` finds their chunk complete.
@@ -51,23 +52,29 @@ class StagedRows:
             h: ``[B]`` uint64 item hashes (``row_hashes`` of the batch).
             writer: a name no other process shares.
             checkpoint: fingerprint of the rows' checkpoint (binds the row set, marks shadows).
+            g: ``[B, D, p]`` the sampled-label Fisher's rows, one per label draw: given exactly
+                when the set holds them (train rows, ``curvature=fisher``).
 
         Returns:
             The chunks that received staged rows: the ones worth folding now.
         """
         rs = self.rows
-        if rs.G is not None:
+        if (g is None) != (rs.G is None) or (g is not None and g.shape[1] != len(rs.g_draws)):
             raise ConfigError(
-                f"{rs.describe()} hold sampled-label Fisher rows (featurize.curvature=fisher), "
-                "which only the pipeline's workers write; TRAKer stages XᵀX rows only."
+                f"{rs.describe()}: the set holds {len(rs.g_draws)} draws of sampled-label "
+                f"Fisher rows G; {0 if g is None else g.shape[1]} given. Write them with X "
+                "exactly when it holds them (featurize.curvature=fisher, fisher_draws)."
             )
         inds = self._check_rows(inds, x.shape[0])
         if h.shape != inds.shape:
             raise ConfigError(f"{len(h)} row hashes for a batch of {len(inds)} samples.")
         x = rs.stored(inds, x, q)  # refuses non-finite rows before any is written or staged
+        if g is not None:
+            g = np.stack([rs.stored(inds, g[:, d], q) for d in range(g.shape[1])], axis=1)
         order = np.argsort(inds, kind="stable")
         inds, x, h = inds[order], x[order], h[order]
         q = None if q is None else q[order]
+        g = None if g is None else g[order]
         # bound before anything is written: a row set stays bound to one checkpoint, and the
         # binder of a set whose rows are all staged tells a later fold which shadows to use
         rs.binding.bind(checkpoint)
@@ -78,16 +85,25 @@ class StagedRows:
             start = int(chunk[f]) * rs.chunk_rows
             if k == min(rs.n, start + rs.chunk_rows) - start:  # sorted, distinct: the chunk
                 part = slice(f, f + k)
-                rs.put(slice(start, start + k), x[part], None if q is None else q[part], h[part])
+                rows = slice(start, start + k)
+                rs.put(rows, x[part], None if q is None else q[part], h[part])
+                if g is not None:
+                    rs.put_g(rows, g[part])
                 rs.flags.commit(start, start + k)
                 staged[part] = False
         if staged.any():
             shadow = self._own.get(writer)
             if shadow is None or shadow.checkpoint != checkpoint:
                 shadow = self._own[writer] = Shadow.open_or_create(
-                    rs.group, writer, rs.X, rs.Q is not None, checkpoint
+                    rs.group, writer, rs.X, rs.Q is not None, checkpoint, len(rs.g_draws)
                 )
-            shadow.write(inds[staged], x[staged], None if q is None else q[staged], h[staged])
+            shadow.write(
+                inds[staged],
+                x[staged],
+                None if q is None else q[staged],
+                h[staged],
+                None if g is None else g[staged],
+            )
         return np.unique(chunk[staged])
 
     def _check_rows(self, inds: np.ndarray, batch: int) -> np.ndarray:
@@ -206,6 +222,12 @@ class StagedRows:
                 for w, has in parts:
                     x[has] = w.read_x(start, end, cols, has)[has]
                 rs.X[start:end, cols] = x  # read checked: finite; whole chunks
+            for d, arr in enumerate(rs.g_draws):  # the Fisher's rows, alike
+                for cols in column_blocks(arr):
+                    g = np.full((end - start, cols.stop - cols.start), np.nan, dtype=arr.dtype)
+                    for w, has in parts:
+                        g[has] = w.read_g(d, start, end, cols, has)[has]
+                    arr[start:end, cols] = g
             rs.put(slice(start, end), None, q, h)
             rs.flags.commit(start, end)
             committed += 1

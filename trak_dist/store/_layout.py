@@ -12,7 +12,8 @@ and classifies them with ``parse``. Layout (one Zarr v3 group)::
     train/<model_id>/factor/p<k>/ eigenvalues [k], eigenvectors [k, k] of XᵀX[:k, :k]
     targets/<exp>/                attrs: num_targets, fingerprint
     targets/<exp>/<model_id>/     row set: X [m, p], H [m], done
-    <row set>/staged/<writer>/    one writer's staged rows: X, Q, H, has; attrs["checkpoint"]
+    <row set>/staged/<writer>/    one writer's staged rows: X, Q, H, has (G … with fisher);
+                                  attrs["checkpoint"]
     scores/<exp>/<variant>/       S, top-k arrays, Y/<model_id>; ``.partial-``/``.old-`` beside
     eval/<exp>/                   masks, margins, done (LDS subset models)
 

@@ -229,6 +229,12 @@ class RowSet:
         if h is not None:
             self.H[rows] = h.astype(np.uint64, copy=False)
 
+    def put_g(self, rows: slice, g: np.ndarray) -> None:
+        """Write ``rows`` (whole chunks, checked by the caller) of every label draw's G from
+        ``g`` ``[rows, D, p]``, as ``put`` writes X."""
+        for d, arr in enumerate(self.g_draws):
+            _put_columns(arr, rows, g[:, d].astype(arr.dtype, copy=False))
+
     def read(self, start: int, end: int, proj_dim: int | None = None) -> np.ndarray:
         """X rows ``[start, end)`` (the first ``proj_dim`` columns) as stored; raises
         StoreDamagedError for damaged chunks (see ``_integrity.py``)."""

@@ -2,7 +2,8 @@
 
 Two processes writing rows of one Zarr chunk silently lose each other's rows, so a writer puts
 rows that do not fill a whole chunk into its own shadow arrays under ``staged/<writer>/``
-(``X``, ``Q``, ``H``, ``has``, chunked like the row set), keys no other process writes;
+(``X``, ``Q``, ``H``, ``has``, and the sampled-label Fisher's ``G``, ``G1`` … where the row set
+holds them, chunked like the row set), keys no other process writes;
 ``StagedRows.fold`` (``_fold.py``) merges them. ``has`` flags are written last (every key is
 replaced atomically), so a killed writer leaves unflagged rows that are recomputed. A shadow
 records its writer's checkpoint; rows from another checkpoint than the bound one are never
@@ -24,13 +25,15 @@ from trak_dist.store._zarr import CHECKSUM, array, group, quiet_foreign_nodes
 
 class Shadow:
     """One writer's staged rows in ``node`` (``staged/<writer>``): ``X`` ``[n, p]``, ``H``
-    ``[n]`` uint64, ``has`` ``[n]`` uint8 and optionally ``Q`` ``[n]``."""
+    ``[n]`` uint64, ``has`` ``[n]`` uint8, optionally ``Q`` ``[n]`` and one ``[n, p]`` array per
+    label draw of the Fisher's rows (``G``, ``G1`` …, as the row set's)."""
 
     def __init__(self, node: zarr.Group) -> None:
         self.name = node.basename
         self.checkpoint: str | None = node.attrs.get(CHECKPOINT)  # type: ignore[assignment]
         self.X = array(node, "X")
         self.Q = array(node, "Q") if "Q" in node else None
+        self.g_draws = [array(node, name) for name in _g_names(node)]
         self.H = array(node, "H")
         self.has = array(node, "has")
 
@@ -42,6 +45,7 @@ class Shadow:
         like: zarr.Array[Any],
         with_q: bool,
         checkpoint: str | None,
+        g_draws: int = 0,
     ) -> Shadow:
         """``writer``'s shadow arrays beside ``like``, created if new; a shadow staged from
         another checkpoint (a new checkpoint under one model_id) is discarded first."""
@@ -57,14 +61,15 @@ class Shadow:
         node = staged.create_group(writer, attributes={CHECKPOINT: checkpoint})
         n, p = like.shape
         chunk = like.chunks[0]
-        node.create_array(
-            "X",
-            shape=(n, p),
-            chunks=like.chunks,  # the row set's (bounded in bytes, store/_layout.py)
-            dtype=like.dtype,
-            compressors=CHECKSUM,
-            fill_value=np.nan,
-        )
+        for name in ["X", *("G" if d == 0 else f"G{d}" for d in range(g_draws))]:
+            node.create_array(
+                name,
+                shape=(n, p),
+                chunks=like.chunks,  # the row set's (bounded in bytes, store/_layout.py)
+                dtype=like.dtype,
+                compressors=CHECKSUM,
+                fill_value=np.nan,
+            )
         if with_q:
             node.create_array(
                 "Q",
@@ -83,13 +88,23 @@ class Shadow:
         )
         return cls(node)
 
-    def write(self, inds: np.ndarray, x: np.ndarray, q: np.ndarray | None, h: np.ndarray) -> None:
-        """Stage rows ``inds`` (sorted, unique); their flags are set after their data. X goes
-        one column chunk at a time: Zarr reads, patches and rewrites every chunk a row touches,
-        and a wide row touches many (``_layout.py``)."""
-        x = x.astype(self.X.dtype, copy=False)
-        for cols in column_blocks(self.X):
-            self.X.set_orthogonal_selection((inds, cols), x[:, cols])
+    def write(
+        self,
+        inds: np.ndarray,
+        x: np.ndarray,
+        q: np.ndarray | None,
+        h: np.ndarray,
+        g: np.ndarray | None = None,
+    ) -> None:
+        """Stage rows ``inds`` (sorted, unique), with ``g`` ``[B, D, p]`` the Fisher's rows where
+        the shadow holds them; their flags are set after their data. X (and G) go one column
+        chunk at a time: Zarr reads, patches and rewrites every chunk a row touches, and a wide
+        row touches many (``_layout.py``)."""
+        per_draw = [] if g is None else [g[:, d] for d in range(g.shape[1])]
+        for arr, values in [(self.X, x), *zip(self.g_draws, per_draw, strict=True)]:
+            values = values.astype(arr.dtype, copy=False)
+            for cols in column_blocks(arr):
+                arr.set_orthogonal_selection((inds, cols), values[:, cols])
         if q is not None and self.Q is not None:
             self.Q.set_orthogonal_selection(inds, q.astype(np.float32, copy=False))
         self.H.set_orthogonal_selection(inds, h.astype(np.uint64, copy=False))
@@ -106,6 +121,10 @@ class Shadow:
         rows are the fill value); StoreDamagedError on a bad chunk or flagged row."""
         return checked_read(self.X, (slice(start, end), cols), has)
 
+    def read_g(self, draw: int, start: int, end: int, cols: slice, has: np.ndarray) -> np.ndarray:
+        """Label draw ``draw``'s G rows ``[start, end)``, columns ``cols``, as ``read_x``."""
+        return checked_read(self.g_draws[draw], (slice(start, end), cols), has)
+
     def read_q(self, start: int, end: int, has: np.ndarray) -> np.ndarray | None:
         """Q rows ``[start, end)`` (None without Q), checked where ``has`` flags them."""
         return None if self.Q is None else checked_read(self.Q, (slice(start, end),), has)
@@ -113,6 +132,14 @@ class Shadow:
     def read_hashes(self, start: int, end: int, has: np.ndarray) -> np.ndarray:
         """H rows ``[start, end)``, checked where ``has`` flags them (see ``read_x``)."""
         return checked_read(self.H, (slice(start, end),), has)
+
+
+def _g_names(node: zarr.Group) -> list[str]:
+    """``G``, ``G1`` … as far as ``node`` holds them (the row set's naming)."""
+    names: list[str] = []
+    while ("G" if not names else f"G{len(names)}") in node:
+        names.append("G" if not names else f"G{len(names)}")
+    return names
 
 
 def staging(rows_group: zarr.Group, create: bool = False) -> zarr.Group | None:

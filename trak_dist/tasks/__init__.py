@@ -13,7 +13,7 @@ from trak_dist.tasks._classification import (
     TextClassification,
 )
 from trak_dist.tasks._clip import CLIPOutput
-from trak_dist.tasks._defaults import is_causal_lm, task_defaults
+from trak_dist.tasks._defaults import FISHER_DRAWS, TaskDefaults, is_causal_lm, task_defaults
 from trak_dist.tasks._language import CausalLM
 from trak_dist.tasks._sampled import (
     CURVATURES,
@@ -24,6 +24,7 @@ from trak_dist.tasks._sampled import (
 
 __all__ = [
     "CURVATURES",
+    "FISHER_DRAWS",
     "TASKS",
     "BatchedOutput",
     "CLIPOutput",
@@ -32,6 +33,7 @@ __all__ = [
     "IterativeImageClassification",
     "ModelOutput",
     "SampledLabels",
+    "TaskDefaults",
     "TextClassification",
     "attach_uniforms",
     "describe",

@@ -1,14 +1,33 @@
-"""What ``proj_dim=auto`` and ``projection.kind=auto`` mean for a task (``JobConfig``)."""
+"""What ``auto`` means for a task, at every front door: the CLI's and ``trak_dist.run``'s
+``JobConfig`` (``proj_dim``, ``projection.kind``, ``featurize.curvature``) and ``TRAKer``."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 from trak_dist.tasks._language import CausalLM
 
 DEFAULT_PROJ_DIM, LM_PROJ_DIM = 512, 2048
+TRAKER_PROJ_DIM = 2048  # traker 0.3.2's proj_dim, which TRAKer keeps outside causal LMs
+FISHER_DRAWS = 1  # label draws per row for the sampled-label Fisher, every task
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """What ``auto`` resolves to for one task.
+
+    Attributes:
+        proj_dim: p.
+        projection: the projection's kind (``kronecker``, ``rademacher``).
+        curvature: K's Gram: ``fisher`` (the sampled-label Fisher's GᵀG) or ``xtx``.
+    """
+
+    proj_dim: int
+    projection: str
+    curvature: str
 
 
 def is_causal_lm(task: Any) -> bool:
@@ -25,12 +44,13 @@ def is_causal_lm(task: Any) -> bool:
     return isinstance(task, CausalLM) or (isinstance(task, type) and issubclass(task, CausalLM))
 
 
-def task_defaults(task: Any) -> tuple[int, str]:
-    """``(proj_dim, projection.kind)`` that ``auto`` means for ``task``: p = 2048 with the
-    Kronecker projection for causal LMs (with their default ``featurize.curvature``, the
-    sampled-label Fisher: the LDS rose 12–34 % over dense p = 512 on the LM benchmarks at
-    1.2–2.2× its featurisation CPU, benchmarks/RESULTS.md "Causal LMs"), else p = 512 with the
-    dense Rademacher matrix (unchanged)."""
+def task_defaults(task: Any, traker: bool = False) -> TaskDefaults:
+    """What ``auto`` means for ``task``. Causal LMs, at every door: p = 2048 with the
+    Kronecker projection and the sampled-label Fisher as K (the LDS rose 12–34 % over dense
+    p = 512 with XᵀX on the LM benchmarks at 1.2–2.2× its featurisation CPU,
+    benchmarks/RESULTS.md "Causal LMs"). Other tasks: dense Rademacher with XᵀX, at p = 512
+    for the job (``JobConfig``), or at traker's p = 2048 for ``TRAKer`` (``traker=True``), whose
+    other tasks keep traker's numbers (docs/traker.md)."""
     if is_causal_lm(task):
-        return LM_PROJ_DIM, "kronecker"
-    return DEFAULT_PROJ_DIM, "rademacher"
+        return TaskDefaults(LM_PROJ_DIM, "kronecker", "fisher")
+    return TaskDefaults(TRAKER_PROJ_DIM if traker else DEFAULT_PROJ_DIM, "rademacher", "xtx")

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from trak_dist.batches import Batch
 from trak_dist.errors import ConfigError
 from trak_dist.tasks._base import BatchedOutput, Params
-from trak_dist.tasks._defaults import is_causal_lm
+from trak_dist.tasks._defaults import task_defaults
 
 SAMPLING_KEY = "trak_dist_sampling_uniforms"
 CURVATURES = ("auto", "xtx", "fisher")
@@ -41,16 +41,16 @@ def supports_sampling(task: Any) -> bool:
 
 
 def resolve_curvature(curvature: str, task: Any) -> str:
-    """``xtx`` or ``fisher`` for ``featurize.curvature`` (``auto``: ``fisher`` for causal
-    language models, where it was measured to win, ``xtx`` otherwise); ConfigError for an
-    unknown value or ``fisher`` with a task that cannot draw labels."""
+    """``xtx`` or ``fisher`` for ``featurize.curvature`` (``auto``: ``task_defaults``, i.e.
+    ``fisher`` for causal language models, where it was measured to win, ``xtx`` otherwise);
+    ConfigError for an unknown value or ``fisher`` with a task that cannot draw labels."""
     if curvature not in CURVATURES:
         raise ConfigError(
             f"featurize.curvature={curvature!r}; expected one of {list(CURVATURES)}: xtx is "
             "TRAK's XᵀX, fisher the sampled-label Fisher GᵀG, auto picks per task."
         )
     if curvature == "auto":
-        return "fisher" if is_causal_lm(task) else "xtx"
+        return task_defaults(task).curvature
     if curvature == "fisher" and not supports_sampling(task):
         raise ConfigError(
             f"featurize.curvature=fisher: the task {type(task).__name__} cannot draw labels "

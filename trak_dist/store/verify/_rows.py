@@ -139,7 +139,8 @@ def _check_staged(
             if not has.any():
                 continue
             report.chunks_checked += 1
-            arrays = [shadow.X, shadow.H] + ([shadow.Q] if shadow.Q is not None else [])
+            arrays = [shadow.X, shadow.H, *shadow.g_draws]
+            arrays += [shadow.Q] if shadow.Q is not None else []
             found = [chunk_damage(a, xy, has) for a in arrays for xy in layout.chunk_coords(a, c)]
             problems = [Problem(path, str(d), drop=(path,)) for d in found if d]
             if problems:
