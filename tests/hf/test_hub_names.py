@@ -185,3 +185,38 @@ def test_a_job_on_hub_names_equals_the_same_snapshots_as_directories_and_a_moved
     later = resolve(f"{REPO}@{hub['commits']['later']}").path
     assert f"model_id=1 ({later}) in " in out.stderr, out.stderr[-3000:]
     assert "was featurised from a different checkpoint" in out.stderr
+
+
+def test_an_adapter_and_its_base_named_on_the_hub_build_the_local_adapter(tmp_path, monkeypatch):
+    import torch
+
+    from trak_dist.hf import from_checkpoints
+
+    base = llm_models.checkpoints(tmp_path, "llama", num=1, n_train=12, steps=2)[0]
+    lora = llm_models.adapters(tmp_path, base, num=1)[0]
+    # as an adapter trained on the Hub's copy of its base records it
+    config = json.loads((lora / "adapter_config.json").read_text())
+    hub_lora = tmp_path / "hub_lora"
+    hub_lora.mkdir()
+    for f in lora.iterdir():
+        (hub_lora / f.name).write_bytes(f.read_bytes())
+    config["base_model_name_or_path"] = "tiny-org/tiny-llama"
+    (hub_lora / "adapter_config.json").write_text(json.dumps(config))
+    cache = tmp_path / "hub"
+    base_commit = hub_cache.add_commit(cache, "tiny-org/tiny-llama", base, "main")
+    hub_cache.add_commit(cache, "tiny-org/tiny-lora", hub_lora, "step1")
+    hub_cache.offline(monkeypatch, cache)
+    cfg = resolve_inputs(
+        JobConfig(
+            model=ModelConfig(factory="hf", checkpoints=["tiny-org/tiny-lora@step1"]),
+            task=TaskConfig(name="causal_lm"),
+        )
+    )
+    kwargs = cfg.model.kwargs
+    assert kwargs["base"] == f"tiny-org/tiny-llama@{base_commit}"  # pinned like the adapter
+    from_hub = from_checkpoints(kwargs["checkpoints"], base=kwargs["base"])
+    local = from_checkpoints([str(lora)], base=str(base))
+    hub_state, local_state = from_hub.state_dict(), local.state_dict()
+    assert hub_state.keys() == local_state.keys()
+    for name, value in local_state.items():
+        torch.testing.assert_close(hub_state[name], value, rtol=0, atol=0)
