@@ -18,7 +18,7 @@ from trak_dist.config import DataConfig, JobConfig, ModelConfig, TaskConfig
 from trak_dist.errors import ConfigError
 from trak_dist.hf import absolute, expand, is_hub_name, pin, resolve
 from trak_dist.pipeline import resolve_inputs
-from trak_dist.sources import checkpoint_paths
+from trak_dist.sources import checkpoint_paths, node_checkpoints
 from trak_dist.store import FeatureStore, file_fingerprint
 
 REPO = "tiny-org/tiny-gpt2"
@@ -112,8 +112,11 @@ def test_a_local_path_that_exists_wins_over_a_hub_name(hub, tmp_path, monkeypatc
     local.mkdir(parents=True)
     assert not is_hub_name(REPO)  # ./tiny-org/tiny-gpt2 exists
     assert not is_hub_name(Path("a/b"))  # a Path is a path
-    for path in ("./a/b", "../a/b", "/a/b", "a/b/c", "s3://a/b", "a/*"):
+    for path in ("./a/b", "../a/b", "/a/b", "a/b/c", "s3://a/b", "a/*", "ckpts/c0.pt"):
         assert not is_hub_name(path), path
+    # a missing state-dict file is still said to be one, with no Hub look-up
+    with pytest.raises(ConfigError, match="checkpoint files not found"):
+        checkpoint_paths(["ckpts/c0.pt"])
 
 
 def test_driver_pins_every_node_to_the_commit(hub):
@@ -133,6 +136,10 @@ def test_driver_pins_every_node_to_the_commit(hub):
     # the branch moves after the driver resolved it: the job still loads step1's commit
     hub_cache.move_ref(hub["cache"], REPO, "step1", hub["commits"]["later"])
     assert checkpoint_paths(cfg.model.checkpoints)[0] == resolve(pinned).path
+    # a node without the driver's snapshot path loads the pinned commit from its own cache
+    elsewhere = [Path("/elsewhere/snapshots") / hub["commits"]["step1"], ckpts[1].resolve()]
+    here = node_checkpoints(cfg.model.checkpoints, elsewhere)
+    assert here == [resolve(pinned).path, ckpts[1].resolve()]
     assert resolve_inputs(cfg).model.checkpoints == [pinned, str(ckpts[1])]  # idempotent
 
 

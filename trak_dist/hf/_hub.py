@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 # hold "/" (refs/pr/1)
 _NAME = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[^\s@]+))?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# a missing state-dict file (ckpts/c0.pt) keeps its own error, not a Hub look-up
+_FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".safetensors")
 # what loading needs (config, safetensors weights, tokenizer, an adapter, remote code), not a
 # repository's other formats (pytorch_model.bin, flax, onnx, gguf): the same set on every node,
 # so that their snapshots hold the same files and fingerprint alike
@@ -53,10 +55,13 @@ class HubSnapshot:
 
 def is_hub_name(item: Any) -> bool:
     """True for a string ``org/name`` or ``org/name@revision`` that is no existing local path
-    (a path that exists wins; a ``Path`` is always a path)."""
+    (a path that exists wins; a ``Path`` is always a path) nor a checkpoint file's name."""
     if not isinstance(item, str) or is_url(item) or glob.has_magic(item):
         return False
-    return bool(_NAME.match(item)) and not Path(item).expanduser().exists()
+    match = _NAME.match(item)
+    if match is None or match["repo"].lower().endswith(_FILE_SUFFIXES):
+        return False
+    return not Path(item).expanduser().exists()
 
 
 def resolve(name: str, what: str = "model.checkpoints") -> HubSnapshot:
