@@ -91,7 +91,8 @@ def pinned_base(checkpoints: Any, base: str | None) -> str | None:
     ``model.base``, the base an adapter's ``adapter_config.json`` names) is a Hub name."""
     if base is not None:
         return absolute(base)[0]
-    first = expand(checkpoints)[0] if checkpoints else None
+    items = [checkpoints] if isinstance(checkpoints, (str, Path)) else list(checkpoints)
+    first = expand(items[0])[0] if items else None
     if first is None or not is_adapter(first):
         return None
     named = read_json(first / ADAPTER_FILE).get("base_model_name_or_path")
