@@ -45,10 +45,12 @@ class ModelConfig:
         kwargs: keyword arguments of ``factory``.
         checkpoints: a list of state-dict files (``torch.save``), or a callable / import path
             returning such a list. Checkpoint k gets model_id k. With ``factory="hf"``: Hugging
-            Face model (or PEFT adapter) directories, or a glob of them (``trak_dist.hf``).
+            Face model (or PEFT adapter) directories, a glob of them, or Hub names
+            ``org/name[@revision]`` resolved into the Hugging Face cache and pinned to their
+            commits (``trak_dist.hf``; a local path that exists wins).
         dtype: ``factory="hf"`` only: ``float32``, ``bfloat16`` or ``float16`` weights.
-        base: ``factory="hf"`` only: the base model directory of PEFT adapters (None: the one
-            named in ``adapter_config.json``).
+        base: ``factory="hf"`` only: the base model directory (or Hub name) of PEFT adapters
+            (None: the one named in ``adapter_config.json``).
         trust_remote_code: ``factory="hf"`` only: let ``transformers`` run the checkpoint's
             own Python code (off: only model classes that ship with ``transformers``).
     """

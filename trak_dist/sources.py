@@ -56,7 +56,8 @@ def build_model(factory: Any, kwargs: dict[str, Any]) -> nn.Module:
 def checkpoint_paths(ref: Any) -> list[Path | str]:
     """The checkpoints: a list of paths, or a callable / import path that returns one. A path
     is a state-dict file, or a Hugging Face model / PEFT adapter directory (globs expand; every
-    directory must be the first one's architecture, see ``trak_dist.hf``). URLs
+    directory must be the first one's architecture, see ``trak_dist.hf``), or a Hub name
+    (``org/name@revision``: its snapshot in this node's Hugging Face cache). URLs
     (``s3://…``) stay URLs: each process reads its node's copy (``trak_dist.remote.local_copy``)."""
     paths = call(ref, "model.checkpoints") if _is_provider(ref) else ref
     if isinstance(paths, (str, Path)):
@@ -68,7 +69,7 @@ def checkpoint_paths(ref: Any) -> list[Path | str]:
 
             check_dirs(local)
         return [str(p).rstrip("/") if is_url(p) else Path(p).resolve() for p in paths]
-    if any(Path(p).is_dir() or glob.has_magic(str(p)) for p in paths):
+    if any(Path(p).is_dir() or glob.has_magic(str(p)) or _is_hub_name(p) for p in paths):
         from trak_dist.hf import check_dirs, expand
 
         dirs = expand(paths)
@@ -91,13 +92,24 @@ def _is_provider(ref: Any) -> bool:
     )
 
 
+def _is_hub_name(item: Any) -> bool:
+    """A Hugging Face Hub name (``trak_dist.hf.is_hub_name``); the hf extra is imported only for
+    a string that is no local path."""
+    if not isinstance(item, str) or is_url(item) or Path(item).exists():
+        return False
+    from trak_dist.hf import is_hub_name
+
+    return is_hub_name(item)
+
+
 def node_checkpoints(ref: Any, paths: Sequence[Path | str]) -> list[Path | str]:
     """``paths`` (the driver's ``checkpoint_paths(ref)``) as this process's node sees them.
 
     On a cluster without shared storage, a file on the driver's disk is missing elsewhere. A
     callable ``ref`` (the bundled examples train theirs on first use) is then called here, for
-    this node's own copies: the store's checkpoint fingerprints check that they hold the same
-    bytes. A plain path is an error saying what to give instead.
+    this node's own copies, and so are Hub names (pinned to their commits by the driver): the
+    store's checkpoint fingerprints check that they hold the same bytes. A plain path is an
+    error saying what to give instead.
 
     Raises:
         ConfigError: a checkpoint path that is not on this node.
@@ -105,7 +117,10 @@ def node_checkpoints(ref: Any, paths: Sequence[Path | str]) -> list[Path | str]:
     missing = [str(p) for p in paths if not is_url(p) and not Path(p).exists()]
     if not missing:
         return list(paths)
-    if _is_provider(ref):
+    names = [ref] if isinstance(ref, str) else ref if isinstance(ref, Sequence) else []
+    if _is_provider(ref) or any(_is_hub_name(p) for p in names):
+        # Hub names are pinned to commits by then (pipeline.resolve_inputs): this node's
+        # snapshot of the same commit, downloaded if the cache lacks it
         return checkpoint_paths(ref)
     raise ConfigError(
         f"checkpoints {missing} are not on node {socket.gethostname()}: on a cluster, give "

@@ -537,7 +537,9 @@ def clean_fingerprint(store: Path) -> str:
 def test_committed_rows_of_another_checkpoint_refuse_a_new_one(copy, tmp_path, digits_checkpoints):
     other = tmp_path / "other.pt"
     torch.save(digits.make_model().state_dict(), other)  # same shapes, other weights
-    with pytest.raises(StoreMismatchError, match=r"model_id=1 in .* different checkpoint"):
+    with pytest.raises(
+        StoreMismatchError, match=r"model_id=1 \(\S*other\.pt\) in .* different checkpoint"
+    ):
         run_job(job(copy, [digits_checkpoints[0], other]))
 
 

@@ -2,7 +2,8 @@
 
 A checkpoint is a directory written by ``save_pretrained``: a full model (``config.json`` and
 safetensors weights) or a PEFT adapter (``adapter_config.json``, whose base model is named there
-or given as ``model.base``). Every checkpoint of a job must have the first one's architecture:
+or given as ``model.base``), or a Hub name (``org/name@revision``, ``_hub.py``) that resolves to
+one in the Hugging Face cache. Every checkpoint of a job must have the first one's architecture:
 model_id k's features are compared with model_id 0's, so a different network is an error before
 anything is written, not a shape error on a worker.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from trak_dist.errors import ConfigError
+from trak_dist.hf._hub import is_hub_name, pin, resolve
 from trak_dist.remote import is_url, local_copy
 
 MODEL_FILE = "config.json"
@@ -47,13 +49,16 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def expand(ref: Any) -> list[Path]:
     """``model.checkpoints`` (a list, one path, or a glob) → absolute paths, globs sorted; a
-    URL → its local copy on this node (``trak_dist.remote.local_copy``)."""
+    URL → its local copy on this node (``trak_dist.remote.local_copy``); a Hub name → its
+    snapshot in this node's Hugging Face cache (``_hub.resolve``)."""
     items = [ref] if isinstance(ref, (str, Path)) else list(ref)
     out: list[Path] = []
     for item in items:
         text = str(item)
         if is_url(text):
             out.append(local_copy(text, "model.checkpoints"))
+        elif is_hub_name(item):
+            out.append(resolve(text).path)
         elif glob.has_magic(text):
             found = sorted(glob.glob(text))
             if not found:
@@ -67,11 +72,31 @@ def expand(ref: Any) -> list[Path]:
 
 def absolute(ref: Any) -> list[str]:
     """``expand`` as strings (a config value that pickles and prints plainly); URLs stay URLs
-    (each node reads its own copy)."""
+    (each node reads its own copy), Hub names become ``org/name@<commit>`` (each node loads
+    that commit)."""
     items = [ref] if isinstance(ref, (str, Path)) else list(ref)
-    if any(is_url(i) for i in items):
-        return [str(i).rstrip("/") if is_url(i) else str(expand(i)[0]) for i in items]
-    return [str(p) for p in expand(ref)]
+    out: list[str] = []
+    for item in items:
+        if is_url(item):
+            out.append(str(item).rstrip("/"))
+        elif is_hub_name(item):
+            out.append(pin(item))
+        else:
+            out += [str(p) for p in expand(item)]
+    return out
+
+
+def pinned_base(checkpoints: Any, base: str | None) -> str | None:
+    """``model.base`` for the workers: absolute, or pinned to its commit where it (or, with no
+    ``model.base``, the base an adapter's ``adapter_config.json`` names) is a Hub name."""
+    if base is not None:
+        return absolute(base)[0]
+    items = [checkpoints] if isinstance(checkpoints, (str, Path)) else list(checkpoints)
+    first = expand(items[0])[0] if items else None
+    if first is None or not is_adapter(first):
+        return None
+    named = read_json(first / ADAPTER_FILE).get("base_model_name_or_path")
+    return pin(named, "the adapter's base model") if is_hub_name(named) else None
 
 
 def base_dir(adapter: Path, base: str | None) -> Path:
@@ -82,11 +107,14 @@ def base_dir(adapter: Path, base: str | None) -> Path:
             f"adapter {adapter} names no base model (adapter_config.json has no "
             "base_model_name_or_path); give it as model.base=DIR."
         )
+    if is_hub_name(named):
+        return resolve(named, "the base model").path
     path = Path(named).expanduser().resolve()
     if not (path / MODEL_FILE).is_file():
         raise ConfigError(
-            f"the base model of adapter {adapter} is {named!r}, which is not a local model "
-            "directory with config.json (nothing is downloaded); give it as model.base=DIR."
+            f"the base model of adapter {adapter} is {named!r}, which is neither a local model "
+            "directory with config.json nor a Hub name (org/name[@revision]); give it as "
+            "model.base=DIR or model.base=org/name@revision."
         )
     return path
 

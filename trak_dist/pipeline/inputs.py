@@ -1,8 +1,9 @@
 """Resolve inputs: the first stage of every run, the one place where a job's configuration
 (data only) meets the file system; workers get what the driver resolved. ``model=hf``: the
-Hugging Face factory with absolute checkpoint directories (globs expanded); ``data=text``:
-``TextSource`` datasets; ``store.path``: absolute. Fetching remote checkpoints or data into a
-local cache belongs here too: what comes out is read from local paths."""
+Hugging Face factory with absolute checkpoint directories (globs expanded) and Hub names pinned
+to their commits; ``data=text``: ``TextSource`` datasets; ``store.path``: absolute. Fetching
+remote checkpoints or data into a local cache belongs here too: what comes out is read from
+local paths."""
 
 from __future__ import annotations
 
@@ -31,18 +32,23 @@ def resolve_inputs(cfg: JobConfig) -> JobConfig:
 def _resolve_model(model: ModelConfig) -> ModelConfig:
     if model.factory not in ("hf", HF_FACTORY):
         return model
-    from trak_dist.hf import absolute  # only model=hf needs the hf extra
+    from trak_dist.hf import absolute, pin, pinned_base  # only model=hf needs the hf extra
 
+    # Hub names pinned to their commits here, once: the workers (on any node) and every later
+    # stage load the same bits, whatever the branch points to by then
+    checkpoints = pin(model.checkpoints)
     # the factory builds the first checkpoint's architecture on every worker, so it needs the
     # checkpoints and options; derived from the fields each time (a replaced checkpoint list
     # must not keep the old one)
     options = {
-        "checkpoints": absolute(model.checkpoints),
+        "checkpoints": absolute(checkpoints),
         "dtype": model.dtype,
-        "base": None if model.base is None else absolute(model.base)[0],
+        "base": pinned_base(checkpoints, model.base),
         "trust_remote_code": model.trust_remote_code,
     }
-    return dataclasses.replace(model, factory=HF_FACTORY, kwargs={**model.kwargs, **options})
+    return dataclasses.replace(
+        model, checkpoints=checkpoints, factory=HF_FACTORY, kwargs={**model.kwargs, **options}
+    )
 
 
 def absolute_store(cfg: JobConfig) -> JobConfig:

@@ -144,14 +144,14 @@ def prepare(cfg: JobConfig) -> Prepared:
     rows_done = {"train": 0, "target": 0}
     for mid, path in enumerate(checkpoints):
         ckpt = file_fingerprint(path)
-        store.ensure_checkpoint(mid, ckpt)
+        store.ensure_checkpoint(mid, ckpt, str(path))
         if store.read_xtx(mid) is None:
             train_tasks += [
                 ShardTask("train", mid, s, e) for s, e in shard_plan(n, chunk_rows, shard_rows)
             ]
         else:
             rows_done["train"] += n
-        rows = store.ensure_target_checkpoint(exp, mid, ckpt)
+        rows = store.ensure_target_checkpoint(exp, mid, ckpt, str(path))
         pending = [ShardTask("target", mid, s, e, exp) for s, e in rows.pending_ranges(shard_rows)]
         rows_done["target"] += m - sum(t.rows for t in pending)
         target_tasks += pending

@@ -150,12 +150,14 @@ class FeatureStore:
     def checkpoint_ids(self) -> list[int]:
         return sorted(int(k) for k in group(self.root, layout.TRAIN).group_keys())
 
-    def ensure_checkpoint(self, model_id: int, fingerprint: str | None = None) -> RowSet:
+    def ensure_checkpoint(
+        self, model_id: int, fingerprint: str | None = None, source: str | None = None
+    ) -> RowSet:
         """The train RowSet of ``model_id``, created if new; checks the checkpoint it is bound
-        to (see ``bind``)."""
+        to (see ``bind``; ``source``, the checkpoint's path, for the message)."""
         draws = self.spec.fisher_draws if self.spec.curvature == "fisher" else 0
         rows = self._ensure_rows(layout.train(model_id), self.spec.train_size, True, draws)
-        rows.binding.check(fingerprint, f"model_id={model_id}", self.where)
+        rows.binding.check(fingerprint, _model_id(model_id, source), self.where)
         return rows
 
     def _ensure_rows(self, path: str, n: int, with_q: bool, g_draws: int = 0) -> RowSet:
@@ -227,13 +229,14 @@ class FeatureStore:
         return node
 
     def ensure_target_checkpoint(
-        self, exp: str, model_id: int, fingerprint: str | None = None
+        self, exp: str, model_id: int, fingerprint: str | None = None, source: str | None = None
     ) -> RowSet:
         """The target RowSet of (``exp``, ``model_id``), created if new; checks the checkpoint
-        it is bound to (see ``bind``)."""
+        it is bound to (see ``bind``; ``source`` as in ``ensure_checkpoint``)."""
         m = attr_int(group(self.root, layout.experiment(exp)), "num_targets")
         rows = self._ensure_rows(layout.targets(exp, model_id), m, with_q=False)
-        rows.binding.check(fingerprint, f"targets of {exp!r}, model_id={model_id}", self.where)
+        what = f"targets of {exp!r}, {_model_id(model_id, source)}"
+        rows.binding.check(fingerprint, what, self.where)
         return rows
 
     def target_rows(self, exp: str, model_id: int) -> RowSet:
@@ -340,3 +343,8 @@ def get_reduction(node: zarr.Group, name: str) -> np.ndarray | None:
     except StoreDamagedError as e:
         logger.warning("%s: recomputing it", str(e).splitlines()[1].strip(" -"))
         return None
+
+
+def _model_id(model_id: int, source: str | None) -> str:
+    """``model_id=1`` or ``model_id=1 (PATH)``: a Hub checkpoint's path names its commit."""
+    return f"model_id={model_id}" if source is None else f"model_id={model_id} ({source})"
