@@ -1,11 +1,10 @@
 """``python -m benchmarks`` (``make bench``): every CPU benchmark, one table each.
 
 The GPU projection benchmark runs on its own: ``python benchmarks/gpu_projection.py``; so do
-the GPT-2 ones, tens of minutes each: ``python -m benchmarks.gpt2_featurize`` and
-``python -m benchmarks.kronecker_quality``, and the LDS ones, which train hundreds of subset
-models: ``python -m benchmarks.lds`` (λ rule, ~40 min), ``python -m benchmarks.lds_rules`` and
-``python -m benchmarks.lds_projection`` (Kronecker vs dense, ~15 min); scoring at scale
-(n up to 1M, minutes to tens of minutes): ``python -m benchmarks.scoring_scale``.
+GPT-2 featurisation, tens of minutes: ``python -m benchmarks.gpt2_featurize``; the LDS ones,
+which train hundreds of subset models: ``python -m benchmarks.lds`` (λ rule, ~40 min) and
+``python -m benchmarks.lm_pipeline`` (causal LMs); scoring at scale (n up to 1M, minutes to
+tens of minutes): ``python -m benchmarks.scoring_scale``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``benchmarks.planted_facts``'s corpus and Llama as a benchmark object for ``lm_quality``:
+"""``benchmarks.planted_facts``'s corpus and Llama as a benchmark object for ``lm_pipeline``:
 fact retrieval (MRR of the stating document) instead of the LDS, no subset models.
 
 The corpus, tokenizer and three checkpoints are ``planted_facts.corpus`` / ``build`` (seed 0,
@@ -21,7 +21,7 @@ FACTS, FILLER, EPOCHS, SEED = 40, 160, 60, 0
 
 
 class FactsBench:
-    """What ``lm_quality`` and ``_lm_curvature`` read of a benchmark: ``model()``, ``corpus()``."""
+    """What ``lm_pipeline`` and the peers read of a benchmark: ``model()``, ``corpus()``."""
 
     name = "facts"
 

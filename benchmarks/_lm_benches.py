@@ -1,4 +1,4 @@
-"""Causal-LM benchmarks for issue 29 (``benchmarks.lm_quality``): models from configs with random
+"""Causal-LM benchmarks for issue 29 (``benchmarks.lm_pipeline``): models from configs with random
 init, synthetic or packaged text, targets with and without prompts, and one training recipe.
 
 Each benchmark is an ``LMBench``: token ids (0 = padding) of n train documents and m targets,

@@ -1,4 +1,4 @@
-"""Offline scoring for ``benchmarks.lm_quality``: TRAK's formula with any p × p curvature K,
+"""Offline scoring for ``benchmarks.lm_pipeline``: TRAK's formula with any p × p curvature K,
 over a grid of λ, and the LDS of a score matrix against the cached subset models."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Transformer benchmarks for ``benchmarks.lds_rules`` (issue 21): an HF BERT classifier and an
-HF GPT-2 causal LM, each with a training recipe ``train(indices, seed)`` for subset models.
+"""Transformer benchmarks of issue 21's λ rule (docs/decisions.md): an HF BERT classifier and
+an HF GPT-2 causal LM, each with a training recipe ``train(indices, seed)`` for subset models.
 
 - ``bert``: ``trak_dist.examples.tiny_bert``'s model (2 layers, hidden 32) on its keyword task
   made harder: n = 600 train sequences of which 20 % carry a wrong label (fixed draw), so

@@ -15,13 +15,14 @@ Per benchmark, two stores written by ``run_pipeline`` on the in-process executor
 
 The pipeline's own scores (mean over the checkpoints) give "mean: λ auto"; the last checkpoint
 and the λ curves (c · tr(K) / min(r, p), r = ``scoring.rank_bound``, on ``_lm_score.GRID``,
-saved for ``benchmarks.lambda_lobo``) are computed from the stored X, targets and K by
-``_lm_score`` (the same formula; its value at c = 1.25 is checked against the pipeline's).
+saved as ``<out>/<benchmark>/pipeline_curves.npz``) are computed from the stored X, targets
+and K by ``_lm_score`` (the same formula; its value at c = 1.25 is checked against the
+pipeline's).
 Featurisation cost: CPU seconds of the train shards (``ShardResult.cpu_seconds``), both stores
 side by side; and each store's whole run (``phases["total"]``: featurise, reduce, score at
 every p) in wall seconds per checkpoint, the peers' unit.
 With ``--peers``, the peers on the same checkpoints and subset models, in the same table:
-kronfluence 1.0.1's identity, KFAC and EK-FAC (``lm_quality.kronfluence``) and Bergson 2.5.1's
+kronfluence 1.0.1's identity, KFAC and EK-FAC (``kronfluence`` below) and Bergson 2.5.1's
 EK-FAC, TrackStar and TRAK (``_bergson_peers``), their cost as wall seconds of one checkpoint's
 whole pipeline; without it, kronfluence's EK-FAC from the cache if it is there.
 Subset models are only read here (``_lm_truth`` trains them); a benchmark with fewer cached
@@ -235,6 +236,25 @@ def bench_rows(
     return rows, curves
 
 
+def kronfluence(bench: LMBench, states: list, root: Path, strategy: str) -> tuple[list, float]:
+    """kronfluence ``strategy``'s ``[n, m]`` scores per checkpoint (cached under ``root``) and
+    the mean seconds of one checkpoint (factors + scores)."""
+    from benchmarks import _lm_peers
+
+    mats, secs = [], []
+    for i, st in enumerate(states):
+        path = root / f"kf_{strategy}_c{i}.npy"
+        info = root / f"kf_{strategy}_c{i}.json"
+        if not path.exists():
+            s, tf, ts = _lm_peers.scores(bench, st, strategy)
+            np.save(path, s)
+            info.write_text(json.dumps({"factor_s": tf, "score_s": ts}))
+        mats.append(np.load(path))
+        t = json.loads(info.read_text())
+        secs.append(t["factor_s"] + t["score_s"])
+    return mats, float(np.mean(secs))
+
+
 def peer_rows(  # type: ignore[no-untyped-def]
     name: str,
     bench: LMBench | FactsBench,
@@ -248,10 +268,9 @@ def peer_rows(  # type: ignore[no-untyped-def]
     once, cached under ``broot``); without, kronfluence's EK-FAC from the cache, if there.
     Their cost: wall seconds of a checkpoint's whole pipeline (curvature, queries, scoring;
     for Bergson also its process start, about 5 s)."""
-    from benchmarks import lm_quality
     from benchmarks._lm_peers import STRATEGIES
 
-    kf = [(f"kronfluence {s}", "full", lm_quality.kronfluence, s) for s in STRATEGIES]
+    kf = [(f"kronfluence {s}", "full", kronfluence, s) for s in STRATEGIES]
     if not peers:
         cached = (broot / "kf_ekfac_c0.npy").exists()
         runs = [r for r in kf if r[3] == "ekfac"] if cached else []
@@ -296,7 +315,7 @@ def main() -> None:
         "--draws",
         default="",
         help="also featurise with featurize.fisher_draws = each of these (e.g. 2,4): stores "
-        "pipeline_fisher<D>.zarr, curves as variant 'fisher<D>' (lambda_lobo --pipeline)",
+        "pipeline_fisher<D>.zarr, curves as variant 'fisher<D>'",
     )
     ap.add_argument(
         "--peers",

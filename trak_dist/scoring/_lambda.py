@@ -15,7 +15,7 @@ CNN and transformer, two Hugging Face BERT classifiers and a GPT-2 causal LM; p 
 and 3+ checkpoints; 30 curves) worst case 0.960 of each curve's best LDS, ≥ 0.95 for constants
 1.12 … 1.41; over eight benchmarks of two kinds (the digits networks and five causal-LM
 benchmarks with the Fisher, LDS and fact retrieval) worst 0.953, leave-one-benchmark-out 0.953
-(with r = n for the Fisher too: 0.928 and 0.937; ``benchmarks.lambda_lobo``). The previous
+(with r = n for the Fisher too: 0.928 and 0.937; docs/decisions.md, "λ = auto"). The previous
 rule, 0.007 · the largest eigenvalue, fell to 0.844 on the causal LM and no constant of it
 reaches 0.95 on all six; Bergson's 0.1 · mean eigenvalue reaches 0.63 (benchmarks/RESULTS.md)."""
 
