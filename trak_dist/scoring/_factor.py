@@ -41,7 +41,7 @@ def resolve_kinv_scaling(scaling: str, spec: FeatureSpec) -> str:
     """``scoring.kinv_scaling`` for scores of the store with ``spec``: ``auto`` is
     ``per_target`` for a causal LM's sampled-label Fisher (each checkpoint weighs the same in
     every target's mean: +0.041 LDS on the 3-checkpoint Llama benchmark, +0.003–0.004 on the
-    GPT-2 ones, fact MRR unchanged; benchmarks/RESULTS.md "Checkpoint weights") and traker's
+    GPT-2 ones, fact MRR unchanged; docs/decisions.md, "Checkpoints weigh the same") and traker's
     ``mean_abs`` elsewhere (not measured better there); any other value as it is;
     ConfigError for an unknown one."""
     if scaling not in KINV_SCALINGS:
