@@ -13,13 +13,19 @@ import sys
 
 from benchmarks import dense_cnn, pipeline, reducer_memory, store_codecs, sweep
 
-for name, module in [
-    ("pipeline", pipeline),
-    ("store_codecs", store_codecs),
-    ("reducer_memory", reducer_memory),
-    ("sweep", sweep),
-    ("dense_cnn", dense_cnn),
-]:
-    print(f"\n## benchmarks.{name}", flush=True)
-    sys.argv = [f"benchmarks.{name}"]
-    module.main()
+
+def main() -> None:
+    for name, module in [
+        ("pipeline", pipeline),
+        ("store_codecs", store_codecs),
+        ("reducer_memory", reducer_memory),
+        ("sweep", sweep),
+        ("dense_cnn", dense_cnn),
+    ]:
+        print(f"\n## benchmarks.{name}", flush=True)
+        sys.argv = [f"benchmarks.{name}"]
+        module.main()
+
+
+if __name__ == "__main__":  # importing it (an import check, a doc tool) runs nothing
+    main()
