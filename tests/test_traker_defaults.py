@@ -103,6 +103,24 @@ def test_explicit_arguments_win_and_other_tasks_keep_traker_s(tmp_path):
         traker(tmp_path / "e", curvature="xtx", fisher_draws=2)
 
 
+def test_a_traker_projector_takes_xtx_and_refuses_the_fisher(tmp_path):
+    """traker's own projector cannot give the Fisher's rows: with a causal LM, ``auto`` becomes
+    XᵀX, and an explicit ``fisher`` is one clear error before anything is stored."""
+    from trak.projectors import BasicProjector
+
+    def projector() -> BasicProjector:
+        d = sum(p.numel() for p in make_model().parameters())
+        return BasicProjector(grad_dim=d, proj_dim=32, seed=0, proj_type="rademacher", device="cpu")
+
+    auto = traker(tmp_path / "auto", projector=projector())
+    assert (auto.store.spec.curvature, auto.kinv_scaling) == ("xtx", "mean_abs")
+    assert auto.store.spec.projection.startswith("traker:")
+    assert (tmp_path / "auto" / "zarr.json").is_file()  # where a store would be
+    with pytest.raises(ConfigError, match="curvature='fisher' needs trak_dist's own"):
+        traker(tmp_path / "fisher", projector=projector(), curvature="fisher")
+    assert not (tmp_path / "fisher" / "zarr.json").exists()
+
+
 def test_traker_causal_lm_scores_equal_trak_dist_run_s(tmp_path, states):
     """Both doors' defaults (the Kronecker projection, the sampled-label Fisher, λ auto,
     per-target weights): ``trak_dist.run`` (the CLI's pipeline, whole chunks) and TRAKer (rows

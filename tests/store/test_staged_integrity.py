@@ -8,7 +8,7 @@ import pytest
 from test_store import spec
 
 from tests.fixtures.row_writers import P, item_hashes, row_values
-from trak_dist.errors import StoreDamagedError, StoreMismatchError, StoreStateError
+from trak_dist.errors import ConfigError, StoreDamagedError, StoreMismatchError, StoreStateError
 from trak_dist.store import FeatureStore
 from trak_dist.store.verify import repair, verify
 
@@ -194,3 +194,53 @@ def test_torn_shadow_metadata_drops_only_that_shadow(store_path):
     rs = FeatureStore.open(store_path).train_rows(0)
     assert rs.done_chunks()[0]  # the committed rows stay
     assert np.flatnonzero(rs.staged.staged_rows()).tolist() == list(range(80, 90))
+
+
+def fisher_rows(inds: np.ndarray, draws: int) -> np.ndarray:
+    """``[B, D, P]`` stand-in Fisher rows, exact in float16, distinct per row and draw."""
+    x, _ = row_values(inds)
+    return np.stack([x + 0.5 * (d + 1) for d in range(draws)], axis=1)
+
+
+def test_fisher_rows_staged_by_several_writers_fold_with_x_and_damage_is_found(store_path):
+    """TRAKer with the Fisher as K: G (one array per label draw) is staged beside X by each
+    writer, folded with it into whole chunks, read back per draw, and checked by verify."""
+    draws = 2
+    store = FeatureStore.create_or_open(
+        store_path,
+        spec(proj_dim=P, train_size=N, chunk_rows=CHUNK, curvature="fisher", fisher_draws=draws),
+    )
+    rs = store.ensure_checkpoint(0)
+    rng = np.random.default_rng(3)
+    for k, batch in enumerate(np.array_split(rng.permutation(N), 7)):
+        x, q = row_values(batch)
+        g = fisher_rows(batch, draws)
+        rs.staged.write_rows(
+            batch, x, q, h=item_hashes(batch), writer=f"w{k % 3}", checkpoint="ckpt", g=g
+        )
+    with pytest.raises(ConfigError, match="Fisher"):  # G is given exactly when the set holds it
+        rs.staged.write_rows(
+            np.arange(3),
+            *row_values(np.arange(3)),
+            h=item_hashes(range(3)),
+            writer="w9",
+            checkpoint="ckpt",
+        )
+    assert verify(store_path).problems == []
+    # a staged G chunk that fails its checksum is found before anything folds it
+    shadow = next(p for p in store_path.joinpath("train", "0", "staged").iterdir() if p.is_dir())
+    chunk = next(shadow.joinpath("G1", "c").rglob("*"))
+    while chunk.is_dir():
+        chunk = next(chunk.iterdir())
+    good = chunk.read_bytes()
+    flip(chunk)
+    report = verify(store_path)
+    assert [p.node for p in report.problems] == [f"train/0/staged/{shadow.name}"]
+    assert f"staged/{shadow.name}/G1 chunk" in report.problems[0].what
+    chunk.write_bytes(good)
+    rs.staged.fold(None, "ckpt")
+    assert rs.is_complete()
+    inds = np.arange(N)
+    want = fisher_rows(inds, draws).astype(np.float16)
+    np.testing.assert_array_equal(rs.read_gs(0, N), want)
+    np.testing.assert_array_equal(rs.read(0, N), row_values(inds)[0])
