@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import trak_dist as td
+from tests.fixtures.helpers import random_states
 from tests.fixtures.hf_models import bert_classifier, gpt2_lm, padded_tokens
 from tests.test_cli import trak_dist
 from trak_dist import TRAKer
@@ -140,13 +141,9 @@ def test_traker_equals_a_dense_float64_solve(name, attn, kw, tmp_path):
 @pytest.fixture(scope="module")
 def lm_states(tmp_path_factory):
     """Two random-weight tiny_lm checkpoints (no training: the test compares two paths)."""
-    root = tmp_path_factory.mktemp("lm_states")
-    paths = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        paths.append(root / f"s{seed}.pt")
-        torch.save(tiny_lm.make_model(n_embd=32).state_dict(), paths[-1])
-    return paths
+    return random_states(
+        tmp_path_factory.mktemp("lm_states"), partial(tiny_lm.make_model, n_embd=32)
+    )
 
 
 @pytest.mark.ray

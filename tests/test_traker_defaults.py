@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import trak_dist as td
-from tests.fixtures.helpers import one_thread
+from tests.fixtures.helpers import one_thread, random_states
 from trak_dist import TRAKer
 from trak_dist._compose import compose_job
 from trak_dist.config import ClusterConfig
@@ -47,13 +47,7 @@ def traker(save_dir, task="causal_lm", **kw) -> TRAKer:  # type: ignore[no-untyp
 @pytest.fixture(scope="module")
 def states(tmp_path_factory):
     """Two random-weight tiny_lm checkpoints (no training: the test compares two doors)."""
-    root = tmp_path_factory.mktemp("states")
-    paths = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        paths.append(root / f"s{seed}.pt")
-        torch.save(make_model().state_dict(), paths[-1])
-    return paths
+    return random_states(tmp_path_factory.mktemp("states"), make_model)
 
 
 def test_traker_causal_lm_resolves_to_the_cli_s_defaults(tmp_path):
