@@ -20,6 +20,11 @@ def _row_bytes(rows: RowSet) -> int:
     return sum(a.dtype.itemsize * math.prod(a.shape[1:]) for a in rows.arrays())
 
 
+def _rate(amount: float, seconds: float, unit: float, digits: int) -> float:
+    """``amount / seconds`` in ``unit``s, rounded; 0 for a stage that took no time."""
+    return round(amount / seconds / unit, digits) if seconds else 0.0
+
+
 def stage_pace(result: JobResult, opened: FeatureStore) -> dict[str, dict[str, float]]:
     """Per stage that moved data, its seconds, bytes and rates (JSON-able, rounded)."""
     out: dict[str, dict[str, float]] = {}
@@ -32,8 +37,8 @@ def stage_pace(result: JobResult, opened: FeatureStore) -> dict[str, dict[str, f
     out["featurize"] = {
         "seconds": round(seconds, 3),
         "bytes_written": written,
-        "rows_per_s": round(rows / seconds, 1) if seconds else 0.0,
-        "mb_per_s_written": round(written / seconds / 1e6, 2) if seconds else 0.0,
+        "rows_per_s": _rate(rows, seconds, 1.0, 1),
+        "mb_per_s_written": _rate(written, seconds, 1e6, 2),
     }
     if result.scores:
         seconds = result.phases.get("score", 0.0)
@@ -53,10 +58,10 @@ def stage_pace(result: JobResult, opened: FeatureStore) -> dict[str, dict[str, f
             "seconds": round(seconds, 3),
             "bytes_read": read,
             "bytes_written": sum(v.bytes_written for v in result.scores),
-            "gb_per_s_read": round(read / seconds / 1e9, 3) if seconds else 0.0,
+            "gb_per_s_read": _rate(read, seconds, 1e9, 3),
             "gflop": round(flop / 1e9, 3),
-            "gflop_per_s": round(flop / seconds / 1e9, 2) if seconds else 0.0,
-            "block_gflop_per_s": round(flop / compute / 1e9, 2) if compute else 0.0,
+            "gflop_per_s": _rate(flop, seconds, 1e9, 2),
+            "block_gflop_per_s": _rate(flop, compute, 1e9, 2),
         }
     return out
 
