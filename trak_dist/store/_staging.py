@@ -18,6 +18,7 @@ import numpy as np
 import zarr
 from zarr.errors import ContainsGroupError
 
+from trak_dist.store._chunk_io import as_stored
 from trak_dist.store._integrity import checked_read
 from trak_dist.store._layout import CHECKPOINT, STAGED, column_blocks
 from trak_dist.store._zarr import CHECKSUM, array, group, quiet_foreign_nodes
@@ -102,7 +103,7 @@ class Shadow:
         row touches many (``_layout.py``)."""
         per_draw = [] if g is None else [g[:, d] for d in range(g.shape[1])]
         for arr, values in [(self.X, x), *zip(self.g_draws, per_draw, strict=True)]:
-            values = values.astype(arr.dtype, copy=False)
+            values = as_stored(values, arr.dtype)  # the store's cast, bits as astype
             for cols in column_blocks(arr):
                 arr.set_orthogonal_selection((inds, cols), values[:, cols])
         if q is not None and self.Q is not None:
